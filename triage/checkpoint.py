@@ -1,0 +1,191 @@
+"""Reading a checkpoint into its parts, whatever layout the run saved it in.
+
+Layouts understood (DESIGN §1):
+- a plain dict: `model` | `model_state_dict` | `state_dict`, `optimizer` | `optimizer_state_dict`,
+  optional `scheduler`, `scaler`, `step`, `history`;
+- a bare model state_dict (every value a tensor);
+- a PyTorch Lightning `.ckpt` (`state_dict`, `optimizer_states`, `lr_schedulers`, `global_step`);
+- a Hugging Face Trainer checkpoint folder (`pytorch_model.bin` or `model.safetensors`,
+  `optimizer.pt`, `scheduler.pt`, `trainer_state.json`).
+
+Files are opened read-only with `torch.load(weights_only=True)` unless the user trusts them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from triage.errors import CheckpointError
+from triage.history import HistoryPoint, history_from_log_entries, history_from_value
+
+log = logging.getLogger(__name__)
+
+_MODEL_KEYS = ("model", "model_state_dict", "state_dict")
+_OPTIMIZER_KEYS = ("optimizer", "optimizer_state_dict")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The parts of a checkpoint; any but `model_state` may be missing."""
+
+    layout: str
+    model_state: dict[str, torch.Tensor]
+    optimizer_state: Optional[dict[str, Any]] = None
+    scheduler_state: Optional[dict[str, Any]] = None
+    scaler_state: Optional[dict[str, Any]] = None
+    step: Optional[int] = None
+    history: list[HistoryPoint] = field(default_factory=list)
+
+
+def read_checkpoint(path: Path, trusted: bool = False) -> Checkpoint:
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(
+            f"Expected a checkpoint at '{path}', found no such file or folder. "
+            "Pass the path of the .pt/.ckpt file (or Hugging Face checkpoint folder) your run saved."
+        )
+    if path.is_dir():
+        return _read_hf_folder(path, trusted)
+    return _read_dict(_load(path, trusted), path)
+
+
+def _load(path: Path, trusted: bool) -> Any:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=not trusted)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(
+            f"Expected '{path}' to hold only tensors and plain containers (loaded with "
+            f"weights_only=True), found other pickled objects: {_first_line(exc)}. "
+            "If you trust this file, re-run with --trust-checkpoint to unpickle it fully."
+        ) from exc
+    except Exception as exc:  # torch raises RuntimeError, EOFError, zipfile errors, ...
+        raise CheckpointError(
+            f"Expected '{path}' to be a checkpoint written by torch.save, but it could not be "
+            f"read ({type(exc).__name__}: {_first_line(exc)}). Check the path, or whether the file "
+            "was truncated while the run was writing it."
+        ) from exc
+
+
+def _read_dict(data: Any, path: Path) -> Checkpoint:
+    if not isinstance(data, dict) or not data:
+        raise CheckpointError(
+            f"Expected '{path}' to hold a dict (a state_dict or a dict with a 'model' entry), "
+            f"found {type(data).__name__}. Save the run with torch.save({{'model': model.state_dict(), "
+            "'optimizer': optimizer.state_dict(), ...}}, path)."
+        )
+    if all(isinstance(v, torch.Tensor) for v in data.values()):
+        return Checkpoint(layout="state_dict", model_state=data)
+    if "pytorch-lightning_version" in data or "optimizer_states" in data:
+        return _read_lightning(data)
+    model_key = next((k for k in _MODEL_KEYS if isinstance(data.get(k), dict)), None)
+    if model_key is None:
+        raise CheckpointError(
+            f"Expected '{path}' to have one of the entries {', '.join(_MODEL_KEYS)} holding the "
+            f"model's state_dict, found the entries {sorted(map(str, data))[:12]}. "
+            "Re-save with a 'model' entry, or save model.state_dict() alone."
+        )
+    optimizer_key = next((k for k in _OPTIMIZER_KEYS if isinstance(data.get(k), dict)), None)
+    return Checkpoint(
+        layout="dict",
+        model_state=data[model_key],
+        optimizer_state=data.get(optimizer_key) if optimizer_key else None,
+        scheduler_state=data.get("scheduler"),
+        scaler_state=data.get("scaler"),
+        step=_as_int(data.get("step", data.get("global_step"))),
+        history=history_from_value(data.get("history")),
+    )
+
+
+def _read_lightning(data: dict[str, Any]) -> Checkpoint:
+    optimizers = data.get("optimizer_states") or [None]
+    schedulers = data.get("lr_schedulers") or [None]
+    return Checkpoint(
+        layout="lightning",
+        model_state=data["state_dict"],
+        optimizer_state=optimizers[0],
+        scheduler_state=schedulers[0],
+        scaler_state=data.get("MixedPrecision") or data.get("native_amp_scaling_state"),
+        step=_as_int(data.get("global_step")),
+    )
+
+
+def _read_hf_folder(folder: Path, trusted: bool) -> Checkpoint:
+    weights = folder / "model.safetensors"
+    if weights.exists():
+        try:
+            from safetensors.torch import load_file
+        except ImportError as exc:
+            raise CheckpointError(
+                f"Expected to read '{weights}', but the safetensors package is not installed. "
+                "Run `pip install safetensors`."
+            ) from exc
+        model_state = load_file(str(weights), device="cpu")
+    elif (folder / "pytorch_model.bin").exists():
+        model_state = _load(folder / "pytorch_model.bin", trusted)
+    else:
+        raise CheckpointError(
+            f"Expected the folder '{folder}' to be a Hugging Face Trainer checkpoint with "
+            "model.safetensors or pytorch_model.bin, found neither. Pass the checkpoint-N folder itself."
+        )
+    state_file = folder / "trainer_state.json"
+    trainer_state = json.loads(state_file.read_text()) if state_file.exists() else {}
+    optional = {name: folder / f"{name}.pt" for name in ("optimizer", "scheduler", "scaler")}
+    parts = {name: _load(p, trusted) if p.exists() else None for name, p in optional.items()}
+    return Checkpoint(
+        layout="huggingface",
+        model_state=model_state,
+        optimizer_state=parts["optimizer"],
+        scheduler_state=parts["scheduler"],
+        scaler_state=parts["scaler"],
+        step=_as_int(trainer_state.get("global_step")),
+        history=history_from_log_entries(trainer_state.get("log_history", [])),
+    )
+
+
+def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
+    """Load `state` into `model`, tolerating a wrapper prefix ('model.', 'module.')."""
+    expected = set(model.state_dict())
+    state = _strip_prefix(state, expected)
+    missing = sorted(expected - set(state))
+    unexpected = sorted(set(state) - expected)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"Expected the checkpoint '{path}' to fit the model setup() built, found "
+            f"{len(missing)} missing keys {missing[:5]} and {len(unexpected)} unexpected keys "
+            f"{unexpected[:5]}. Check that --entry builds the same architecture the run saved."
+        )
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        raise CheckpointError(
+            f"Expected the checkpoint '{path}' tensors to have the model's shapes, found a "
+            f"mismatch: {_first_line(exc)}. Check that setup() builds the same sizes the run used."
+        ) from exc
+
+
+def _strip_prefix(state: dict[str, Any], expected: set[str]) -> dict[str, Any]:
+    if set(state) & expected or not state:
+        return state
+    for prefix in ("model.", "module.", "_orig_mod.", "model.module."):
+        stripped = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        if stripped and set(stripped) & expected:
+            return stripped
+    return state
+
+
+def _as_int(value: Any) -> Optional[int]:
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__

@@ -1,0 +1,133 @@
+"""The command line: `triage run`, `triage demo`, `triage report`.
+
+Exit codes: 0 when triage finished (whatever the verdict), 2 for bad usage or bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from triage.errors import TriageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Diagnose a failed training run by experiment.")
+console = Console(stderr=True)
+
+
+class Output(str, Enum):
+    live = "live"
+    quiet = "quiet"
+    jsonl = "jsonl"
+
+
+def _listener(output: Output):
+    from triage.engine import SilentListener
+    from triage.progress import JsonLines, LiveView
+
+    return {Output.live: LiveView, Output.quiet: SilentListener, Output.jsonl: JsonLines}[output]()
+
+
+def _finish(report, files, output: Output) -> None:
+    if output is Output.jsonl:
+        print(json.dumps({"event": "verdict", "root_cause": report.root_cause, "report": str(files["html"])}))
+        return
+    if output is Output.quiet:
+        print(files["html"])
+        return
+    console.print(f"\n[bold]{escape(report.title)}[/] ([cyan]{report.root_cause}[/], {report.confidence} confidence)",
+                  highlight=False)
+    console.print(f"Fix: {report.fix}", highlight=False, markup=False)
+    console.print(f"Report: {files['html']}", highlight=False, markup=False)
+
+
+@app.command()
+def run(
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="The failing run's checkpoint (.pt, .ckpt or HF folder)."),
+    entry: str = typer.Option(..., "--entry", "-e", help="mymod:setup or path/to/file.py:setup"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report folder (default: reports/<time>)."),
+    playbook: Optional[Path] = typer.Option(None, "--playbook", "-p", help="A playbook YAML (default: the shipped one)."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Steps per replay (default: the playbook's)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for every experiment."),
+    history: Optional[Path] = typer.Option(None, "--history", help="Loss history: CSV, JSONL or trainer_state.json."),
+    trust_checkpoint: bool = typer.Option(False, "--trust-checkpoint", help="Unpickle the checkpoint fully (only files you trust)."),
+    output: Output = typer.Option(Output.live, "--output", help="live view, quiet, or jsonl events for CI logs."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Triage a run from its checkpoint and setup function."""
+    from triage.api import run as run_triage
+
+    with _user_errors(debug):
+        report, files = run_triage(entry, checkpoint, out=out, playbook=playbook, steps=steps, seed=seed,
+                                   history=history, trust_checkpoint=trust_checkpoint,
+                                   listener=_listener(output), command=shlex.join(["triage", *sys.argv[1:]]))
+    _finish(report, files, output)
+
+
+@app.command()
+def demo(
+    name: str = typer.Argument("lr_too_high", help="A zoo example (see `triage demo --list`)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o"),
+    list_: bool = typer.Option(False, "--list", help="List the zoo examples."),
+    output: Output = typer.Option(Output.live, "--output"),
+    debug: bool = typer.Option(False, "--debug"),
+) -> None:
+    """Run the full triage on a shipped fault example (its checkpoint is made if missing)."""
+    from triage.api import run as run_triage
+    from triage.zoo import demo_checkpoint, example_names, example_path
+
+    if list_:
+        print("\n".join(example_names()))
+        return
+    with _user_errors(debug):
+        checkpoint = demo_checkpoint(name)
+        entry = f"{example_path(name)}:setup"
+        report, files = run_triage(entry, checkpoint, out=out, listener=_listener(output),
+                                   command=shlex.join(["triage", "run", "--checkpoint", str(checkpoint), "--entry", entry]))
+    _finish(report, files, output)
+
+
+@app.command("report")
+def rerender(
+    report_json: Path = typer.Argument(..., help="A report.json written by triage."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the new files (default: beside it)."),
+    debug: bool = typer.Option(False, "--debug"),
+) -> None:
+    """Re-render report.html and summary.md from report.json, without re-running anything."""
+    from triage.report import read_report, write_report
+
+    with _user_errors(debug):
+        files = write_report(read_report(report_json), out or report_json.parent)
+    print(files["html"])
+
+
+class _user_errors:
+    """Print a TriageError as its message and exit 2; tracebacks only with --debug."""
+
+    def __init__(self, debug: bool) -> None:
+        self.debug = debug
+        logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is None or not isinstance(exc, TriageError):
+            return False
+        if self.debug:
+            console.print_exception()
+        console.print(f"[bold red]triage:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(code=2)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,53 @@
+"""What an experiment is, and what the engine gives it.
+
+An experiment writes one function, `measure(ctx, params) -> Outcome`. The engine owns the rest:
+restoring the snapshot, seeding, the time budget, timing and turning exceptions into a failed run.
+`Outcome`s are measurements only; playbook conditions judge them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict
+
+from triage.session import Session
+
+
+class Params(BaseModel):
+    """An experiment's parameters; unknown keys in a playbook are errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Outcome(BaseModel):
+    """What an experiment measured. Fields a condition may read are plain numbers, bools or strings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
+
+
+@dataclass
+class Context:
+    """The engine's services to a running experiment."""
+
+    session: Session
+    budget_s: float
+    outcomes: dict[str, "Outcome"] = field(default_factory=dict)  # earlier nodes' measurements
+    progress: Callable[[int, int], None] = lambda done, total: None
+    started: float = field(default_factory=time.perf_counter)
+
+    def out_of_time(self) -> bool:
+        return time.perf_counter() - self.started > self.budget_s
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A registered experiment: its name, what it does, its parameter and outcome models."""
+
+    name: str
+    summary: str
+    params: type[Params]
+    outcome: type[Outcome]
+    measure: Callable[[Context, Any], Outcome]

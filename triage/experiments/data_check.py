@@ -1,0 +1,60 @@
+"""Data checks on the snapshot: non-finite values in any tensor of any batch."""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+
+from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.training import named_tensors
+
+
+class DataCheckParams(Params):
+    include_val: bool = Field(default=True, description="Check val_batches too.")
+
+
+class NonFiniteTensor(Outcome):
+    split: str
+    batch: int
+    key: str
+    nan: int
+    inf: int
+    numel: int
+
+
+class DataCheckOutcome(Outcome):
+    batches_checked: int
+    tensors_checked: int
+    nonfinite_count: int = Field(description="Tensors holding a NaN or Inf.")
+    nonfinite: list[NonFiniteTensor] = Field(default_factory=list)
+    first_bad_batch: int | None = Field(default=None, description="Index of the first bad train batch.")
+
+
+def measure(ctx: Context, p: DataCheckParams) -> DataCheckOutcome:
+    splits = [("train", ctx.session.batches)]
+    if p.include_val:
+        splits.append(("val", ctx.session.val_batches))
+    found, tensors, batches = [], 0, 0
+    for split, split_batches in splits:
+        for index, batch in enumerate(split_batches):
+            batches += 1
+            for key, tensor in named_tensors(batch):
+                tensors += 1
+                if not tensor.is_floating_point() and not tensor.is_complex():
+                    continue
+                nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
+                if nan or inf:
+                    found.append(NonFiniteTensor(split=split, batch=index, key=key, nan=nan, inf=inf,
+                                                 numel=tensor.numel()))
+    train_bad = [f.batch for f in found if f.split == "train"]
+    return DataCheckOutcome(batches_checked=batches, tensors_checked=tensors, nonfinite_count=len(found),
+                            nonfinite=found, first_bad_batch=min(train_bad) if train_bad else None)
+
+
+DATA_CHECK = Experiment(
+    name="data_check",
+    summary="Scans every tensor of every snapshot batch (inputs and targets) for NaN and Inf.",
+    params=DataCheckParams,
+    outcome=DataCheckOutcome,
+    measure=measure,
+)

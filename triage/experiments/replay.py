@@ -1,0 +1,222 @@
+"""The replay: the run's own steps from the checkpoint, with one intervention at a time.
+
+Every intervention of the checklist that is "the same steps, but ..." is a parameter here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from triage.contract import Precision
+from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.training import (autocast, current_lr, first_examples, grad_norm, is_finite,
+                                         loss_value, param_vector_norm, scale_lr, scale_weight_decay,
+                                         trainable)
+
+
+class ReplayParams(Params):
+    steps: int = Field(default=40, ge=1, le=100_000, description="Optimizer steps to replay.")
+    lr_scale: float = Field(default=1.0, gt=0, description="Multiply the learning rate (and schedule).")
+    clip: Optional[float] = Field(default=None, gt=0, description="Global grad-norm clip; None: as the run.")
+    precision: Optional[Precision] = Field(default=None, description="Autocast dtype; None: as the run.")
+    subset: Optional[int] = Field(default=None, ge=1, description="Train on the first N examples only.")
+    skip_batches: list[int] = Field(default_factory=list, description="Snapshot batch indices to leave out.")
+    skip_outliers_of: Optional[str] = Field(
+        default=None, description="Leave out the batches a batch_scan node flagged (its node id).")
+    wd_scale: float = Field(default=1.0, ge=0, description="Multiply the weight decay.")
+    loop: Literal["reference", "user"] = Field(default="reference", description="Whose step to run.")
+    fresh_init: bool = Field(default=False, description="Start from setup() again, not the checkpoint.")
+    val_every: int = Field(default=0, ge=0, description="Measure val loss every N steps (0: never).")
+
+
+class ReplayOutcome(Outcome):
+    steps_run: int
+    losses: list[float] = Field(description="Training loss per step.")
+    grad_norms: list[float] = Field(description="Global gradient norm per step, before clipping.")
+    lrs: list[float] = Field(description="Learning rate per step.")
+    val_steps: list[int] = Field(default_factory=list)
+    val_losses: list[float] = Field(default_factory=list)
+    skipped: list[int] = Field(default_factory=list, description="Batch indices left out.")
+    finite: bool = Field(description="Every loss and gradient norm stayed finite.")
+    first_nonfinite_step: Optional[int] = None
+    truncated: bool = Field(default=False, description="Stopped early by the time budget.")
+    loss_start: Optional[float] = Field(default=None, description="Median loss of the first fifth of steps.")
+    loss_end: Optional[float] = Field(default=None, description="Median loss of the last fifth of steps.")
+    loss_ratio: Optional[float] = Field(default=None, description="loss_end / loss_start.")
+    loss_min: Optional[float] = None
+    log_slope: Optional[float] = Field(default=None, description="Slope of ln(loss) per step.")
+    max_rise: Optional[float] = Field(
+        default=None, description="Largest rise of the loss above its best so far, in units of loss_start.")
+    max_grad_norm: Optional[float] = None
+    median_grad_norm: Optional[float] = None
+    clip_threshold: Optional[float] = None
+    clipped_fraction: float = Field(default=0.0, description="Steps whose norm exceeded the clip.")
+    weight_norm_ratio: Optional[float] = Field(default=None, description="|w| after / |w| before.")
+    update_ratio: Optional[float] = Field(default=None, description="|w_end - w_start| / |w_start|.")
+    val_ratio: Optional[float] = Field(default=None, description="Last val loss / best val loss.")
+    val_start: Optional[float] = None
+    val_end: Optional[float] = None
+
+
+def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
+    session = ctx.session
+    setup = session.fresh_setup() if p.fresh_init else session.setup
+    model, optimizer, scheduler = setup.model, setup.optimizer, setup.scheduler
+    device = session.device
+    precision = p.precision or setup.precision
+    clip = p.clip if p.clip is not None else setup.grad_clip
+    scaler = _grad_scaler(setup, precision, device)
+    skip = set(p.skip_batches) | set(_flagged_batches(ctx, p.skip_outliers_of))
+    order = [i for i in range(len(session.batches)) if i not in skip] or [0]
+    batches = [session.batches[i] for i in order]
+    if p.subset:
+        batches = [first_examples(batches[0], p.subset)]
+    scale_lr(optimizer, scheduler, p.lr_scale)
+    scale_weight_decay(optimizer, p.wd_scale)
+    params = trainable(model)
+    start_weights = [q.detach().clone() for q in model.parameters()]
+    weight_norm_start = param_vector_norm(model)
+    losses, norms, lrs, val_steps, val_losses = [], [], [], [], []
+    first_bad, truncated = None, False
+    if p.loop == "reference":
+        model.train()  # the user's loop keeps whatever mode it sets: that may be the bug
+    for step in range(p.steps):
+        if ctx.out_of_time():
+            truncated = True
+            break
+        batch = batches[step % len(batches)]
+        lrs.append(current_lr(optimizer))
+        if p.loop == "user":
+            loss = loss_value(setup.train_step(model, optimizer, batch))
+            norm = grad_norm(params)
+        else:
+            loss, norm = _reference_step(setup, batch, precision, clip, scaler, device, params)
+        losses.append(loss)
+        norms.append(norm)
+        if scheduler is not None and p.loop == "reference":
+            scheduler.step()
+        if p.val_every and session.val_batches and (step + 1) % p.val_every == 0:
+            val_steps.append(step + 1)
+            val_losses.append(_val_loss(setup, session.val_batches, precision, device))
+        ctx.progress(step + 1, p.steps)
+        # Under a GradScaler an inf gradient is routine (the step is skipped); elsewhere it is fatal.
+        if not math.isfinite(loss) or (scaler is None and not math.isfinite(norm)):
+            first_bad = step
+            break
+    return _summarise(losses, norms, lrs, val_steps, val_losses, first_bad, truncated, clip,
+                      sorted(skip), weight_norm_start, model, start_weights)
+
+
+def _reference_step(setup, batch, precision, clip, scaler, device, params) -> tuple[float, float]:
+    setup.optimizer.zero_grad(set_to_none=True)
+    with autocast(precision, device):
+        loss = setup.loss_fn(setup.model, batch)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.unscale_(setup.optimizer)
+    else:
+        loss.backward()
+    max_norm = clip if clip is not None else float("inf")
+    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm).item()) if params else 0.0
+    if scaler is not None:
+        scaler.step(setup.optimizer)
+        scaler.update()
+    elif math.isfinite(norm):
+        setup.optimizer.step()
+    return loss_value(loss), norm
+
+
+def _grad_scaler(setup, precision: str, device: torch.device):
+    """A GradScaler for fp16 on CUDA, as an AMP run would have (the run's own when it had one)."""
+    if precision != "fp16" or device.type != "cuda":
+        return None
+    return setup.scaler if setup.scaler is not None else torch.amp.GradScaler("cuda")
+
+
+def _flagged_batches(ctx: Context, node: Optional[str]) -> list[int]:
+    if node is None:
+        return []
+    scan = ctx.outcomes.get(node)
+    return list(getattr(scan, "outliers", []) or [])
+
+
+@torch.no_grad()
+def _val_loss(setup, val_batches, precision, device) -> float:
+    was_training = setup.model.training
+    setup.model.eval()
+    with autocast(precision, device):
+        values = [loss_value(setup.loss_fn(setup.model, b)) for b in val_batches]
+    setup.model.train(was_training)
+    return float(np.mean(values))
+
+
+def _summarise(losses, norms, lrs, val_steps, val_losses, first_bad, truncated, clip, skipped,
+               weight_norm_start, model, start_weights) -> ReplayOutcome:
+    finite_losses = [x for x in losses if math.isfinite(x)]
+    finite_norms = [x for x in norms if math.isfinite(x)]
+    k = max(1, len(finite_losses) // 5)
+    start = float(np.median(finite_losses[:k])) if finite_losses else None
+    end = float(np.median(finite_losses[-k:])) if finite_losses else None
+    with torch.no_grad():
+        moved = torch.stack([(q.detach() - w).float().norm() for q, w in zip(model.parameters(), start_weights)])
+    weight_norm_end = param_vector_norm(model)
+    finite_weights = math.isfinite(weight_norm_end)
+    return ReplayOutcome(
+        steps_run=len(losses), losses=losses, grad_norms=norms, lrs=lrs,
+        val_steps=val_steps, val_losses=val_losses, skipped=skipped,
+        finite=first_bad is None and finite_weights, first_nonfinite_step=first_bad, truncated=truncated,
+        loss_start=start, loss_end=end,
+        loss_ratio=end / start if start and end is not None and first_bad is None else None,
+        loss_min=min(finite_losses) if finite_losses else None,
+        log_slope=_log_slope(finite_losses),
+        max_rise=_max_rise(finite_losses, start),
+        max_grad_norm=max(finite_norms) if finite_norms else None,
+        median_grad_norm=float(np.median(finite_norms)) if finite_norms else None,
+        clip_threshold=clip,
+        clipped_fraction=(sum(n > clip for n in finite_norms) / len(finite_norms))
+        if clip and finite_norms else 0.0,
+        weight_norm_ratio=weight_norm_end / weight_norm_start
+        if weight_norm_start > 0 and finite_weights else None,
+        update_ratio=float(moved.norm().item()) / weight_norm_start
+        if weight_norm_start > 0 and finite_weights else None,
+        val_ratio=val_losses[-1] / min(val_losses) if val_losses and min(val_losses) > 0 else None,
+        val_start=val_losses[0] if val_losses else None,
+        val_end=val_losses[-1] if val_losses else None,
+    )
+
+
+def _log_slope(losses: list[float]) -> Optional[float]:
+    positive = [x for x in losses if x > 0]
+    if len(positive) < 3:
+        return None
+    return float(np.polyfit(np.arange(len(positive)), np.log(positive), 1)[0])
+
+
+def _max_rise(losses: list[float], scale: Optional[float]) -> Optional[float]:
+    """max_t (loss_t - min_{s<t} loss_s) / scale: a spike, measured against where the replay began.
+
+    Relative to the start rather than to the best loss, so that a healthy run whose loss nears
+    zero does not count its minibatch noise as spikes.
+    """
+    if len(losses) < 2 or not scale or scale <= 0:
+        return None
+    best, rise = losses[0], 0.0
+    for x in losses[1:]:
+        rise = max(rise, x - best)
+        best = min(best, x)
+    return float(rise / scale)
+
+
+REPLAY = Experiment(
+    name="replay",
+    summary="Replays the run's steps from the checkpoint, with at most a few changes "
+            "(lr, clipping, precision, subset, skipped batches, weight decay, whose loop).",
+    params=ReplayParams,
+    outcome=ReplayOutcome,
+    measure=measure,
+)

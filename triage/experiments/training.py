@@ -1,0 +1,90 @@
+"""Small torch helpers shared by the experiments: autocast, norms, LR scaling, batch slicing."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Iterator, Optional
+
+import torch
+
+from triage.contract import AUTOCAST_DTYPES
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[precision])
+
+
+def loss_value(loss: Any) -> float:
+    return float(loss.detach().float().item()) if isinstance(loss, torch.Tensor) else float(loss)
+
+
+def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def grad_norm(params: list[torch.nn.Parameter]) -> float:
+    """Global L2 norm of the gradients present (0.0 when none)."""
+    norms = [p.grad.detach().float().norm() for p in params if p.grad is not None]
+    return float(torch.stack(norms).norm().item()) if norms else 0.0
+
+
+def param_vector_norm(model: torch.nn.Module) -> float:
+    with torch.no_grad():
+        return float(torch.stack([p.detach().float().norm() for p in model.parameters()]).norm().item())
+
+
+def scale_lr(optimizer: torch.optim.Optimizer, scheduler: Any, factor: float) -> None:
+    """Multiply the learning rate by `factor` so that the scheduler keeps the scaling too.
+
+    Schedulers recompute group['lr'] from `base_lrs` (LambdaLR, cosine) or from group keys
+    ('initial_lr', 'max_lr', 'min_lr' for OneCycleLR); scaling all of them keeps the shape.
+    """
+    if factor == 1.0:
+        return
+    for group in optimizer.param_groups:
+        for key in ("lr", "initial_lr", "max_lr", "min_lr"):
+            if isinstance(group.get(key), (int, float)):
+                group[key] = group[key] * factor
+    if scheduler is not None and hasattr(scheduler, "base_lrs"):
+        scheduler.base_lrs = [lr * factor for lr in scheduler.base_lrs]
+
+
+def scale_weight_decay(optimizer: torch.optim.Optimizer, factor: float) -> None:
+    for group in optimizer.param_groups:
+        if isinstance(group.get("weight_decay"), (int, float)):
+            group["weight_decay"] = group["weight_decay"] * factor
+
+
+def current_lr(optimizer: torch.optim.Optimizer) -> float:
+    return float(optimizer.param_groups[0]["lr"])
+
+
+def first_examples(batch: Any, n: int) -> Any:
+    """The first `n` examples of a batch: every tensor sliced along dim 0."""
+    if isinstance(batch, torch.Tensor):
+        return batch[:n] if batch.dim() > 0 else batch
+    if isinstance(batch, dict):
+        return {k: first_examples(v, n) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        items = [first_examples(v, n) for v in batch]
+        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+    return batch
+
+
+def named_tensors(batch: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor in a (nested) batch with a readable key: '[0]', '["input_ids"]', ..."""
+    if isinstance(batch, torch.Tensor):
+        yield prefix or "batch", batch
+    elif isinstance(batch, dict):
+        for k, v in batch.items():
+            yield from named_tensors(v, f"{prefix}[{k!r}]")
+    elif isinstance(batch, (list, tuple)):
+        for i, v in enumerate(batch):
+            yield from named_tensors(v, f"{prefix}[{i}]")
+
+
+def is_finite(value: Optional[float]) -> bool:
+    return value is not None and math.isfinite(value)

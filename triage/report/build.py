@@ -1,0 +1,79 @@
+"""Assembling the Report from what the walk measured and decided."""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import sys
+from typing import Any, Optional
+
+import torch
+
+from triage.causes import ROOT_CAUSES
+from triage.engine import Walk
+from triage.playbook import Playbook, parse_condition
+from triage.playbook.schema import LeafNode
+from triage.report.model import (CheckpointInfo, Environment, FindingRecord, Flowchart, GraphEdge,
+                                 GraphNode, Location, Report)
+from triage.session import Session
+
+
+def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
+                 checkpoint_path: Optional[str]) -> Report:
+    from triage import __version__
+
+    leaf: LeafNode = walk.leaf
+    return Report(
+        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        root_cause=leaf.diagnosis,
+        title=leaf.title or ROOT_CAUSES[leaf.diagnosis],
+        confidence=leaf.confidence,
+        fix=leaf.fix,
+        proof=leaf.proof if leaf.proof in walk.runs else None,
+        evidence=[n for n in leaf.evidence if n in walk.runs],
+        location=_location(leaf, walk),
+        findings=_findings(playbook, walk),
+        path=walk.path,
+        decisions=walk.decisions,
+        experiments=list(walk.runs.values()),
+        flowchart=flowchart(playbook),
+        history=session.history,
+        checkpoint=CheckpointInfo(
+            path=checkpoint_path,
+            layout=session.checkpoint.layout if session.checkpoint else None,
+            step=session.checkpoint.step if session.checkpoint else None,
+        ),
+        environment=Environment(
+            triage=__version__, torch=torch.__version__, python=sys.version.split()[0],
+            platform=platform.platform(), device=str(session.device), precision=session.setup.precision,
+            seed=session.seed, playbook=playbook.name, playbook_sha256=playbook.sha256,
+        ),
+        command=command,
+        seconds=round(walk.seconds, 2),
+    )
+
+
+def flowchart(playbook: Playbook) -> Flowchart:
+    nodes = []
+    for node_id, data in playbook.graph.nodes(data=True):
+        spec = data["spec"]
+        if isinstance(spec, LeafNode):
+            nodes.append(GraphNode(id=node_id, kind="leaf", label=spec.diagnosis, title=spec.title))
+        else:
+            nodes.append(GraphNode(id=node_id, kind="run", label=spec.run, title=spec.title))
+    edges = [GraphEdge(source=u, target=v, labels=d["labels"]) for u, v, d in playbook.graph.edges(data=True)]
+    return Flowchart(name=playbook.name, nodes=nodes, edges=edges)
+
+
+def _location(leaf: LeafNode, walk: Walk) -> Location:
+    values: dict[str, Any] = {}
+    for key, reference in leaf.location.items():
+        value = parse_condition(reference).value(walk.lookup)
+        if value not in (None, [], ""):
+            values[key] = [str(v) for v in value] if key == "parameters" else value
+    return Location(**values)
+
+
+def _findings(playbook: Playbook, walk: Walk) -> list[FindingRecord]:
+    return [FindingRecord(id=f.id, text=f.text, evidence=[n for n in f.evidence if n in walk.runs])
+            for f, condition in playbook.findings if condition.evaluate(walk.lookup)]

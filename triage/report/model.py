@@ -1,0 +1,97 @@
+"""The report's schema: what report.json holds and every renderer reads. Versioned; it round-trips."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from triage.records import Decision, ExperimentRun
+from triage.history import HistoryPoint
+
+SCHEMA_VERSION = "1.0"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
+
+
+class Location(_Frozen):
+    """Where the fault is, as far as the experiments could tell."""
+
+    module: Optional[str] = Field(default=None, description="Qualified module name, e.g. encoder.layers.1.norm.")
+    op: Optional[str] = Field(default=None, description="The autograd op, e.g. SqrtBackward0.")
+    source: Optional[str] = Field(default=None, description="file:line of the user's code.")
+    batch: Optional[int] = Field(default=None, description="Index of the bad snapshot batch.")
+    parameters: Optional[list[str]] = Field(default=None, description="Parameter names involved.")
+
+
+class FindingRecord(_Frozen):
+    id: str
+    text: str
+    evidence: list[str] = Field(default_factory=list, description="Node ids whose outcomes show it.")
+
+
+class GraphNode(_Frozen):
+    id: str
+    kind: Literal["run", "leaf"]
+    label: str = Field(description="The experiment run, or the diagnosis id.")
+    title: Optional[str] = None
+
+
+class GraphEdge(_Frozen):
+    source: str
+    target: str
+    labels: list[str]
+
+
+class Flowchart(_Frozen):
+    name: str
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+
+
+class Environment(_Frozen):
+    triage: str
+    torch: str
+    python: str
+    platform: str
+    device: str
+    precision: str
+    seed: int
+    playbook: str
+    playbook_sha256: str
+
+
+class CheckpointInfo(_Frozen):
+    path: Optional[str]
+    layout: Optional[str]
+    step: Optional[int]
+
+
+class Report(_Frozen):
+    schema_version: str = SCHEMA_VERSION
+    created: str = Field(description="ISO time the triage finished.")
+    root_cause: str = Field(description="A root-cause id (DESIGN §4) or a playbook's own.")
+    title: str
+    confidence: Literal["high", "medium", "low"]
+    fix: str
+    proof: Optional[str] = Field(default=None, description="Node id of the experiment that applied the fix.")
+    evidence: list[str] = Field(default_factory=list)
+    location: Location
+    findings: list[FindingRecord] = Field(default_factory=list)
+    path: list[str] = Field(description="Node ids walked, entry to leaf.")
+    decisions: list[Decision]
+    experiments: list[ExperimentRun]
+    flowchart: Flowchart
+    history: list[HistoryPoint] = Field(default_factory=list, description="The failing run's loss curve.")
+    checkpoint: CheckpointInfo
+    environment: Environment
+    command: str = Field(description="The command that reproduces this triage.")
+    seconds: float
+
+    def experiment(self, node: str) -> Optional[ExperimentRun]:
+        return next((e for e in self.experiments if e.node == node), None)
+
+    def data(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")

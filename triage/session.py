@@ -1,0 +1,128 @@
+"""A Session: the user's setup with the checkpoint loaded, its data snapshot, and the state snapshot."""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from triage.checkpoint import Checkpoint, load_model_state, read_checkpoint
+from triage.contract import Setup
+from triage.entry import SetupFactory, call_setup, load_entry
+from triage.errors import CheckpointError, SetupError
+from triage.history import HistoryPoint, read_history_file
+from triage.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+MAX_SNAPSHOT_BATCHES = 256  # a DataLoader is read this far at most: the snapshot must fit in memory
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class Session:
+    """Everything an experiment may touch. Experiments restore `snapshot` before they start."""
+
+    setup: Setup
+    factory: SetupFactory
+    entry: str
+    seed: int
+    batches: list[Any]
+    val_batches: list[Any]
+    snapshot: Snapshot
+    checkpoint: Optional[Checkpoint] = None
+    history: list[HistoryPoint] = field(default_factory=list)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.setup.device)
+
+    def restore(self) -> None:
+        s = self.setup
+        self.snapshot.restore(s.model, s.optimizer, s.scheduler, s.scaler)
+
+    def fresh_setup(self) -> Setup:
+        """A freshly initialised copy of the run: setup() called again, no checkpoint loaded."""
+        seed_everything(self.seed)
+        fresh = call_setup(self.factory, self.entry)
+        fresh.model.to(self.device)
+        return fresh
+
+
+def open_session(entry: str, checkpoint_path: Optional[Path], seed: int = 0,
+                 history_path: Optional[Path] = None, trust_checkpoint: bool = False) -> Session:
+    factory = load_entry(entry)
+    checkpoint = read_checkpoint(Path(checkpoint_path), trust_checkpoint) if checkpoint_path else None
+    seed_everything(seed)
+    setup = call_setup(factory, entry)
+    setup.model.to(setup.device)
+    if checkpoint is not None:
+        _load_checkpoint(setup, checkpoint, Path(checkpoint_path))
+    batches = _materialise(setup.batches, "batches", setup.device)
+    if not batches:
+        raise SetupError(
+            "Expected Setup.batches to hold at least one batch, found none. "
+            "Pass a list of batches (or a DataLoader) from the failing run's data."
+        )
+    val_batches = _materialise(setup.val_batches, "val_batches", setup.device)
+    history = read_history_file(history_path) if history_path else (checkpoint.history if checkpoint else [])
+    seed_everything(seed)
+    return Session(
+        setup=setup, factory=factory, entry=entry, seed=seed, batches=batches,
+        val_batches=val_batches, checkpoint=checkpoint, history=history,
+        snapshot=Snapshot.take(setup.model, setup.optimizer, setup.scheduler, setup.scaler),
+    )
+
+
+def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> None:
+    load_model_state(setup.model, checkpoint.model_state, path)
+    parts = [("optimizer", setup.optimizer, checkpoint.optimizer_state),
+             ("scheduler", setup.scheduler, checkpoint.scheduler_state),
+             ("scaler", setup.scaler, checkpoint.scaler_state)]
+    for name, target, state in parts:
+        if target is None or state is None:
+            continue
+        try:
+            target.load_state_dict(state)
+        except Exception as exc:
+            raise CheckpointError(
+                f"Expected the checkpoint's {name} state to fit the {name} setup() built "
+                f"({type(target).__name__}), found a mismatch: {exc}. Build the same {name} "
+                "(type and parameter groups) the run saved."
+            ) from exc
+    if checkpoint.optimizer_state is None:
+        log.warning("checkpoint %s has no optimizer state: replays start with fresh moments", path)
+
+
+def _materialise(batches: Any, name: str, device: str) -> list[Any]:
+    """Read the data snapshot once into a list, on the setup's device."""
+    if batches is None:
+        return []
+    out = []
+    for i, batch in enumerate(batches):
+        if i == MAX_SNAPSHOT_BATCHES:
+            log.warning("%s: using the first %d batches as the snapshot", name, MAX_SNAPSHOT_BATCHES)
+            break
+        out.append(to_device(batch, device))
+    return out
+
+
+def to_device(batch: Any, device: str) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        moved = [to_device(v, device) for v in batch]
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
+    return batch

@@ -1,0 +1,54 @@
+"""The fault zoo shipped in examples/: one small runnable module per root cause.
+
+Each example module defines ROOT_CAUSE, setup() (the faulty run), fixed_setup() (the same run
+with the fix applied) and write_checkpoint(path) (trains the faulty run and saves its checkpoint).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from triage.errors import EntryError
+from triage.shipped import shipped_path
+
+
+def examples_dir() -> Path:
+    return shipped_path("examples")
+
+
+def example_names() -> list[str]:
+    return sorted(p.stem for p in examples_dir().glob("*.py") if not p.stem.startswith("_"))
+
+
+def example_path(name: str) -> Path:
+    path = examples_dir() / f"{name}.py"
+    if not path.is_file():
+        raise EntryError(f"Expected a zoo example named '{name}', found none. "
+                         f"Examples: {', '.join(example_names())}.")
+    return path
+
+
+def load_example(name: str) -> ModuleType:
+    path = example_path(name)
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))  # examples import their shared helpers
+    spec = importlib.util.spec_from_file_location(f"triage_zoo_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TRIAGE_CACHE", Path.home() / ".cache" / "triage")) / "demo"
+
+
+def demo_checkpoint(name: str) -> Path:
+    """The example's checkpoint, written on first use."""
+    path = cache_dir() / f"{name}.pt"
+    if not path.exists():
+        load_example(name).write_checkpoint(path)
+    return path
