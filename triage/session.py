@@ -51,10 +51,18 @@ class Session:
         s = self.setup
         self.snapshot.restore(s.model, s.optimizer, s.scheduler, s.scaler)
 
-    def fresh_setup(self) -> Setup:
-        """A freshly initialised copy of the run: setup() called again, no checkpoint loaded."""
+    def fresh_setup(self, default_init: bool = False) -> Setup:
+        """A freshly initialised copy of the run: setup() called again, no checkpoint loaded.
+
+        With `default_init`, every module's own `reset_parameters()` replaces whatever init setup()
+        applied: PyTorch's default initialisation, the counterfactual for a bad init.
+        """
         seed_everything(self.seed)
         fresh = call_setup(self.factory, self.entry)
+        if default_init:
+            for module in fresh.model.modules():
+                if hasattr(module, "reset_parameters"):
+                    module.reset_parameters()
         fresh.model.to(self.device)
         return fresh
 

@@ -30,7 +30,9 @@ class ReplayParams(Params):
         default=None, description="Leave out the batches a batch_scan node flagged (its node id).")
     wd_scale: float = Field(default=1.0, ge=0, description="Multiply the weight decay.")
     loop: Literal["reference", "user"] = Field(default="reference", description="Whose step to run.")
-    fresh_init: bool = Field(default=False, description="Start from setup() again, not the checkpoint.")
+    init: Literal["checkpoint", "setup", "default"] = Field(
+        default="checkpoint", description="Start from the checkpoint, from setup() called again (its own "
+                                          "init), or from PyTorch's default init (reset_parameters).")
     val_every: int = Field(default=0, ge=0, description="Measure val loss every N steps (0: never).")
 
 
@@ -65,7 +67,7 @@ class ReplayOutcome(Outcome):
 
 def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
     session = ctx.session
-    setup = session.fresh_setup() if p.fresh_init else session.setup
+    setup = session.setup if p.init == "checkpoint" else session.fresh_setup(default_init=p.init == "default")
     model, optimizer, scheduler = setup.model, setup.optimizer, setup.scheduler
     device = session.device
     precision = p.precision or setup.precision
