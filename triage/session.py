@@ -69,13 +69,21 @@ class Session:
 
 def open_session(entry: str, checkpoint_path: Optional[Path], seed: int = 0,
                  history_path: Optional[Path] = None, trust_checkpoint: bool = False) -> Session:
-    factory = load_entry(entry)
+    """The session for `--entry` and `--checkpoint`: setup() called, checkpoint loaded, snapshot taken."""
     checkpoint = read_checkpoint(Path(checkpoint_path), trust_checkpoint) if checkpoint_path else None
+    return session_from_factory(load_entry(entry), entry, checkpoint, Path(checkpoint_path or "."), seed,
+                                read_history_file(history_path) if history_path else None)
+
+
+def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoint: Optional[Checkpoint] = None,
+                         checkpoint_path: Path = Path("."), seed: int = 0,
+                         history: Optional[list[HistoryPoint]] = None) -> Session:
+    """A session from a setup function in memory (what tests and the Python API use)."""
     seed_everything(seed)
     setup = call_setup(factory, entry)
     setup.model.to(setup.device)
     if checkpoint is not None:
-        _load_checkpoint(setup, checkpoint, Path(checkpoint_path))
+        _load_checkpoint(setup, checkpoint, checkpoint_path)
     batches = _materialise(setup.batches, "batches", setup.device)
     if not batches:
         raise SetupError(
@@ -83,7 +91,8 @@ def open_session(entry: str, checkpoint_path: Optional[Path], seed: int = 0,
             "Pass a list of batches (or a DataLoader) from the failing run's data."
         )
     val_batches = _materialise(setup.val_batches, "val_batches", setup.device)
-    history = read_history_file(history_path) if history_path else (checkpoint.history if checkpoint else [])
+    if history is None:
+        history = checkpoint.history if checkpoint else []
     seed_everything(seed)
     return Session(
         setup=setup, factory=factory, entry=entry, seed=seed, batches=batches,
