@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import pickle
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -60,17 +61,22 @@ def _load(path: Path, trusted: bool) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=not trusted)
     except pickle.UnpicklingError as exc:
-        raise CheckpointError(
-            f"Expected '{path}' to hold only tensors and plain containers (loaded with "
-            f"weights_only=True), found other pickled objects: {_first_line(exc)}. "
-            "If you trust this file, re-run with --trust-checkpoint to unpickle it fully."
-        ) from exc
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+        if found:
+            raise CheckpointError(
+                f"Expected '{path}' to hold only tensors and plain containers (it is loaded with "
+                f"weights_only=True), found a pickled object of type {found.group(1)}. If you trust this "
+                "file, re-run with --trust-checkpoint to unpickle it fully."
+            ) from exc
+        raise CheckpointError(_unreadable(path, exc)) from exc
     except Exception as exc:  # torch raises RuntimeError, EOFError, zipfile errors, ...
-        raise CheckpointError(
-            f"Expected '{path}' to be a checkpoint written by torch.save, but it could not be "
-            f"read ({type(exc).__name__}: {_first_line(exc)}). Check the path, or whether the file "
-            "was truncated while the run was writing it."
-        ) from exc
+        raise CheckpointError(_unreadable(path, exc)) from exc
+
+
+def _unreadable(path: Path, exc: BaseException) -> str:
+    return (f"Expected '{path}' to be a checkpoint written by torch.save, but it could not be read "
+            f"({type(exc).__name__}: {_first_line(exc)}). Check the path, or whether the file was "
+            "truncated while the run was writing it.")
 
 
 def _read_dict(data: Any, path: Path) -> Checkpoint:

@@ -1,0 +1,88 @@
+"""Checkpoint layouts: plain dict, bare state_dict, Lightning, Hugging Face Trainer folder."""
+
+import json
+
+import pytest
+import torch
+
+from tests.tiny import mlp_setup
+from triage.checkpoint import read_checkpoint
+from triage.errors import CheckpointError
+from triage.session import open_session
+
+
+def trained_state():
+    torch.manual_seed(1)
+    s = mlp_setup(optimizer="adam", lr=0.01)
+    s.optimizer.zero_grad()
+    s.loss_fn(s.model, s.batches[0]).backward()
+    s.optimizer.step()
+    return s
+
+
+@pytest.fixture
+def entry(tmp_path):
+    (tmp_path / "entry.py").write_text("from tests.tiny import mlp_setup\n\ndef setup():\n"
+                                       "    return mlp_setup(optimizer='adam', lr=0.01)\n")
+    return f"{tmp_path / 'entry.py'}:setup"
+
+
+def loaded_weights(entry, path):
+    return open_session(entry, path).setup.model.state_dict()["0.weight"]
+
+
+def test_plain_dict_with_history(tmp_path, entry):
+    s = trained_state()
+    torch.save({"model_state_dict": s.model.state_dict(), "optimizer_state_dict": s.optimizer.state_dict(),
+                "step": 7, "history": [2.0, 1.5, float("nan")]}, tmp_path / "c.pt")
+    ckpt = read_checkpoint(tmp_path / "c.pt")
+    assert (ckpt.layout, ckpt.step) == ("dict", 7)
+    assert [p.loss for p in ckpt.history][:2] == [2.0, 1.5]
+    session = open_session(entry, tmp_path / "c.pt")
+    assert torch.equal(session.setup.model.state_dict()["0.weight"], s.model.state_dict()["0.weight"])
+    assert session.setup.optimizer.state_dict()["state"][0]["step"] == 1
+
+
+def test_bare_state_dict(tmp_path, entry):
+    s = trained_state()
+    torch.save(s.model.state_dict(), tmp_path / "w.pt")
+    assert read_checkpoint(tmp_path / "w.pt").layout == "state_dict"
+    assert torch.equal(loaded_weights(entry, tmp_path / "w.pt"), s.model.state_dict()["0.weight"])
+
+
+def test_lightning_checkpoint_with_prefixed_keys(tmp_path, entry):
+    s = trained_state()
+    state = {f"model.{k}": v for k, v in s.model.state_dict().items()}
+    torch.save({"state_dict": state, "optimizer_states": [s.optimizer.state_dict()], "lr_schedulers": [],
+                "global_step": 12, "pytorch-lightning_version": "2.4.0"}, tmp_path / "l.ckpt")
+    ckpt = read_checkpoint(tmp_path / "l.ckpt")
+    assert (ckpt.layout, ckpt.step) == ("lightning", 12)
+    assert torch.equal(loaded_weights(entry, tmp_path / "l.ckpt"), s.model.state_dict()["0.weight"])
+
+
+def test_hugging_face_trainer_folder(tmp_path, entry):
+    s = trained_state()
+    folder = tmp_path / "checkpoint-30"
+    folder.mkdir()
+    torch.save(s.model.state_dict(), folder / "pytorch_model.bin")
+    torch.save(s.optimizer.state_dict(), folder / "optimizer.pt")
+    (folder / "trainer_state.json").write_text(json.dumps(
+        {"global_step": 30, "log_history": [{"loss": 2.1, "step": 10}, {"loss": 1.7, "step": 20},
+                                            {"eval_loss": 1.9, "step": 20}]}))
+    ckpt = read_checkpoint(folder)
+    assert (ckpt.layout, ckpt.step) == ("huggingface", 30)
+    assert [(p.step, p.loss) for p in ckpt.history] == [(10, 2.1), (20, 1.7)]
+    assert torch.equal(loaded_weights(entry, folder), s.model.state_dict()["0.weight"])
+
+
+def test_pickled_objects_need_trust(tmp_path):
+    torch.save({"model": {}, "args": torch.nn.ReLU()}, tmp_path / "o.pt")
+    with pytest.raises(CheckpointError, match="--trust-checkpoint"):
+        read_checkpoint(tmp_path / "o.pt")
+    assert read_checkpoint(tmp_path / "o.pt", trusted=True).layout == "dict"
+
+
+def test_a_dict_without_model_weights_says_which_keys_it_found(tmp_path):
+    torch.save({"epoch": 3, "weights": [1, 2]}, tmp_path / "x.pt")
+    with pytest.raises(CheckpointError, match=r"found the entries \['epoch', 'weights'\]"):
+        read_checkpoint(tmp_path / "x.pt")

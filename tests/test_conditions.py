@@ -1,0 +1,48 @@
+import pytest
+
+from triage.playbook.conditions import ConditionError, parse_condition
+
+VALUES = {("base", "ratio"): 2.0, ("base", "finite"): False, ("base", "missing"): None,
+          ("setup", "precision"): "fp16", ("clip", "names"): ["a", "b"]}
+
+
+def read(node, field):
+    return VALUES[(node, field)]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("base.ratio > 1.5", True),
+    ("base.ratio > 1.5 and base.finite", False),
+    ("not base.finite or base.ratio < 1", True),
+    ('setup.precision == "fp16"', True),
+    ("setup.precision in ['bf16', 'fp32']", False),
+    ("base.ratio * 10 >= 20", True),
+    ("-base.ratio < 0", True),
+    ("(base.ratio > 1) and (base.ratio < 3)", True),
+])
+def test_conditions_evaluate(text, expected):
+    assert parse_condition(text).evaluate(read) is expected
+
+
+@pytest.mark.parametrize("text", [
+    "base.missing > 1", "base.missing < 1", "not base.missing", "base.missing > 1 and base.ratio > 1",
+])
+def test_missing_values_never_take_a_branch(text):
+    assert parse_condition(text).evaluate(read) is False
+
+
+def test_true_decides_an_or_even_with_unknown():
+    assert parse_condition("base.missing > 1 or base.ratio > 1").evaluate(read) is True
+
+
+def test_references_are_collected():
+    assert parse_condition("a.x > 1 and not b.y").refs == {("a", "x"), ("b", "y")}
+
+
+@pytest.mark.parametrize("text", [
+    "__import__('os').system('true')", "base.ratio.real > 1", "open('x')", "base.ratio if 1 else 2",
+    "lambda: 1", "base[0] > 1", "x > 1", "base.ratio >",
+])
+def test_anything_outside_the_language_is_refused(text):
+    with pytest.raises(ConditionError):
+        parse_condition(text)
