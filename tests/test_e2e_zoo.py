@@ -1,0 +1,45 @@
+"""End to end: `triage.run` on every zoo example names the example's root cause."""
+
+import hashlib
+import json
+
+import pytest
+
+import triage
+from triage.zoo import example_names, example_path, load_example
+
+EXAMPLES = example_names()
+
+
+def triage_example(name, tmp_path, **kwargs):
+    checkpoint = load_example(name).write_checkpoint(tmp_path / f"{name}.pt")
+    report, files = triage.run(f"{example_path(name)}:setup", checkpoint, out=tmp_path / "out", **kwargs)
+    return checkpoint, report, files
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_triage_names_the_root_cause(name, tmp_path):
+    example = load_example(name)
+    _, report, files = triage_example(name, tmp_path)
+    assert report.root_cause == example.ROOT_CAUSE, report.path
+    written = json.loads(files["json"].read_text())
+    assert written["root_cause"] == example.ROOT_CAUSE
+    for key, value in getattr(example, "LOCATION", {}).items():
+        assert getattr(report.location, key) == value, (key, report.location)
+
+
+def test_two_runs_give_the_same_diagnosis_and_measurements(tmp_path):
+    _, first, _ = triage_example("lr_too_high", tmp_path / "a")
+    _, second, _ = triage_example("lr_too_high", tmp_path / "b")
+    assert (first.root_cause, first.path) == (second.root_cause, second.path)
+    losses = [[e.outcome.get("losses") for e in r.experiments] for r in (first, second)]
+    assert losses[0] == losses[1]
+
+
+def test_the_checkpoint_file_is_not_written(tmp_path):
+    checkpoint = load_example("lr_too_high").write_checkpoint(tmp_path / "c.pt")
+    before = hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+    mtime = checkpoint.stat().st_mtime_ns
+    triage.run(f"{example_path('lr_too_high')}:setup", checkpoint, out=tmp_path / "out")
+    assert hashlib.sha256(checkpoint.read_bytes()).hexdigest() == before
+    assert checkpoint.stat().st_mtime_ns == mtime
