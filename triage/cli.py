@@ -110,6 +110,18 @@ def rerender(
     print(files["html"])
 
 
+@app.command()
+def bench(
+    names: Optional[list[str]] = typer.Argument(None, help="Zoo examples (default: all)."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1),
+) -> None:
+    """Triage every zoo example; print the confusion table, accuracy, false alarms and seconds per case."""
+    from triage.bench import print_table, run_cases
+
+    logging.basicConfig(level=logging.ERROR)
+    print_table(run_cases(names or None, steps), sys.stdout)
+
+
 class _user_errors:
     """Print a TriageError as its message and exit 2; tracebacks only with --debug."""
 

@@ -23,6 +23,7 @@ class ReplayParams(Params):
     steps: int = Field(default=40, ge=1, le=100_000, description="Optimizer steps to replay.")
     lr_scale: float = Field(default=1.0, gt=0, description="Multiply the learning rate (and schedule).")
     clip: Optional[float] = Field(default=None, gt=0, description="Global grad-norm clip; None: as the run.")
+    clip_scale: float = Field(default=1.0, gt=0, description="Multiply the run's own clip threshold.")
     precision: Optional[Precision] = Field(default=None, description="Autocast dtype; None: as the run.")
     subset: Optional[int] = Field(default=None, ge=1, description="Train on the first N examples only.")
     skip_batches: list[int] = Field(default_factory=list, description="Snapshot batch indices to leave out.")
@@ -72,6 +73,7 @@ def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
     device = session.device
     precision = p.precision or setup.precision
     clip = p.clip if p.clip is not None else setup.grad_clip
+    clip = clip * p.clip_scale if clip is not None else None
     scaler = _grad_scaler(setup, precision, device)
     skip = set(p.skip_batches) | set(_flagged_batches(ctx, p.skip_outliers_of))
     order = [i for i in range(len(session.batches)) if i not in skip] or [0]
