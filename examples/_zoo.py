@@ -69,3 +69,163 @@ def write_run_checkpoint(setup_fn: Callable[[], triage.Setup], path: Path, steps
 def cross_entropy(model, batch):
     x, y = batch
     return torch.nn.functional.cross_entropy(model(x), y)
+
+
+# --- shared by the plateau / loop / data examples -------------------------------------------------
+
+def digits_image_batches(batch_size: int = 64, n_batches: int = 16, seed: int = 0,
+                         offset: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The digits as 1x8x8 images (B, 1, 8, 8), for the convolutional examples."""
+    return [(x.view(-1, 1, 8, 8), y) for x, y in digits_batches(batch_size, n_batches, seed, offset)]
+
+
+def majority_token_batches(batch_size: int = 64, n_batches: int = 16, seed: int = 0, vocab: int = 4,
+                           length: int = 16) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Synthetic sequences made in code: token ids (B, T) in [0, vocab); the label is the most frequent
+    token (ties go to the smaller id). A recurrent model must count over the whole sequence."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, vocab, (batch_size * n_batches, length), generator=g)
+    counts = torch.nn.functional.one_hot(x, vocab).sum(1)  # (N, vocab)
+    y = counts.argmax(1)
+    return [(x[i:i + batch_size], y[i:i + batch_size]) for i in range(0, len(x), batch_size)]
+
+
+class SequenceClassifier(torch.nn.Module):
+    """Embedding -> GRU -> linear head on the last hidden state: (B, T) token ids -> (B, classes) logits."""
+
+    def __init__(self, vocab: int = 4, classes: int = 4, dim: int = 32):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.rnn = torch.nn.GRU(dim, dim, batch_first=True)
+        self.head = torch.nn.Linear(dim, classes)
+
+    def forward(self, x):
+        out, _ = self.rnn(self.embed(x))  # (B, T, dim)
+        return self.head(out[:, -1])
+
+
+def resume(setup_fn: Callable[[], triage.Setup], path: Path) -> triage.Setup:
+    """setup() with a zoo checkpoint loaded: the run as it stood when someone noticed it was stuck."""
+    setup = setup_fn()
+    state = torch.load(path, weights_only=True)
+    setup.model.load_state_dict(state["model"])
+    setup.optimizer.load_state_dict(state["optimizer"])
+    if setup.scheduler is not None and state.get("scheduler") is not None:
+        setup.scheduler.load_state_dict(state["scheduler"])
+    return setup
+
+
+@torch.no_grad()
+def mean_loss(setup: triage.Setup, batches) -> float:
+    """The loss over `batches` in eval mode (how a validation loss is measured)."""
+    was_training = setup.model.training
+    setup.model.eval()
+    value = sum(float(setup.loss_fn(setup.model, b)) for b in batches) / len(batches)
+    setup.model.train(was_training)
+    return value
+
+
+def train_with_val(setup: triage.Setup, steps: int, val_every: int) -> list[dict]:
+    """train_plain's steps, logging {"step", "loss", "val_loss"} every `val_every` steps (a run's log)."""
+    log = []
+    for start in range(0, steps, val_every):
+        losses = train_plain(setup, val_every)
+        log.append({"step": start + val_every, "loss": losses[-1], "val_loss": mean_loss(setup, setup.val_batches)})
+    return log
+
+
+def write_logged_checkpoint(setup_fn: Callable[[], triage.Setup], path: Path, steps: int, val_every: int) -> Path:
+    """Like write_run_checkpoint, but the history is the run's log: a list of {"step", "loss", "val_loss"}."""
+    torch.manual_seed(0)
+    setup = setup_fn()
+    history = train_with_val(setup, steps, val_every)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": setup.model.state_dict(), "optimizer": setup.optimizer.state_dict(),
+                "step": steps, "history": history}, path)
+    return path
+
+
+# --- divergence half of the zoo: more data made in code, and loss functions ---
+
+def digits_raw_image_batches(raw_max: float, batch_size: int = 64, n_batches: int = 16, seed: int = 0,
+                             ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The digits as 1x8x8 images of raw intensities in [0, raw_max] (not standardised), (B, 1, 8, 8)."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x = torch.tensor(x, dtype=torch.float32).view(-1, 1, 8, 8) / 16.0 * raw_max
+    y = torch.tensor(y, dtype=torch.long)
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
+    x, y = x[order], y[order]
+    return [(x[i:i + batch_size], y[i:i + batch_size])
+            for i in range(0, batch_size * n_batches, batch_size) if i + batch_size <= len(x)]
+
+
+PAD = 0  # token id of padding in the synthetic sequences
+
+
+def topic_sequence_batches(batch_size: int = 32, n_batches: int = 12, seq_len: int = 16, vocab: int = 32,
+                           n_classes: int = 4, seed: int = 0, padded_from: int | None = None,
+                           ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Token sequences whose label is their "topic": half the tokens are the topic's own, half noise.
+
+    Tokens of class c are 1 + c + n_classes * k; PAD (0) only pads. With `padded_from`, batches from that
+    index on hold variable-length sequences (lengths seq_len/2 .. seq_len), right-padded with PAD;
+    earlier batches are full length (a loader that serves the longest sequences first).
+    Batches are (tokens (B, T) long, labels (B,) long).
+    """
+    g = torch.Generator().manual_seed(seed)
+    per_class = (vocab - 1) // n_classes
+    out = []
+    for b in range(n_batches):
+        y = torch.randint(0, n_classes, (batch_size,), generator=g)
+        own = 1 + y[:, None] + n_classes * torch.randint(0, per_class, (batch_size, seq_len), generator=g)
+        noise = torch.randint(1, 1 + n_classes * per_class, (batch_size, seq_len), generator=g)
+        tokens = torch.where(torch.rand(batch_size, seq_len, generator=g) < 0.5, own, noise)
+        if padded_from is not None and b >= padded_from:
+            lengths = torch.randint(seq_len // 2, seq_len + 1, (batch_size,), generator=g)
+            tokens[torch.arange(seq_len)[None, :] >= lengths[:, None]] = PAD
+        out.append((tokens, y))
+    return out
+
+
+def adding_problem_batches(batch_size: int = 32, n_batches: int = 12, seq_len: int = 40, seed: int = 0,
+                           ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Hochreiter & Schmidhuber's adding problem: (value, marker) pairs; the target is the sum of the
+    two marked values. Batches are (x (B, T, 2) float, target (B,) float)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n_batches):
+        values = torch.rand(batch_size, seq_len, generator=g)
+        marks = torch.zeros(batch_size, seq_len)
+        first = torch.randint(0, seq_len // 2, (batch_size,), generator=g)
+        second = torch.randint(seq_len // 2, seq_len, (batch_size,), generator=g)
+        rows = torch.arange(batch_size)
+        marks[rows, first] = 1.0
+        marks[rows, second] = 1.0
+        out.append((torch.stack([values, marks], dim=-1), (values * marks).sum(1)))
+    return out
+
+
+def mse(model, batch):
+    x, y = batch
+    return torch.nn.functional.mse_loss(model(x).squeeze(-1), y)
+
+
+class TopicTransformer(torch.nn.Module):
+    """A small pre-norm transformer encoder (torch's own layers), mean-pooled: (B, T) tokens -> (B, classes)."""
+
+    def __init__(self, vocab: int = 32, classes: int = 4, dim: int = 32, depth: int = 2, heads: int = 4,
+                 seq_len: int = 16):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.pos = torch.nn.Parameter(torch.zeros(seq_len, dim))
+        layer = torch.nn.TransformerEncoderLayer(dim, heads, dim_feedforward=2 * dim, dropout=0.0,
+                                                 batch_first=True, norm_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(dim, classes)
+
+    def forward(self, tokens):
+        h = self.encoder(self.embed(tokens) + self.pos[: tokens.shape[1]])  # (B, T, dim)
+        return self.head(h.mean(1))

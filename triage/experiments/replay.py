@@ -6,6 +6,7 @@ Every intervention of the checklist that is "the same steps, but ..." is a param
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 import numpy as np
@@ -66,54 +67,64 @@ class ReplayOutcome(Outcome):
     val_end: Optional[float] = None
 
 
+@dataclass
+class _Trace:
+    """What one replay recorded, step by step."""
+
+    start_weights: list[torch.Tensor]
+    weight_norm_start: float
+    losses: list[float] = field(default_factory=list)
+    norms: list[float] = field(default_factory=list)
+    lrs: list[float] = field(default_factory=list)
+    val_steps: list[int] = field(default_factory=list)
+    val_losses: list[float] = field(default_factory=list)
+    first_bad: Optional[int] = None
+    truncated: bool = False
+
+
 def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
     session = ctx.session
     setup = session.setup if p.init == "checkpoint" else session.fresh_setup(default_init=p.init == "default")
     model, optimizer, scheduler = setup.model, setup.optimizer, setup.scheduler
-    device = session.device
     precision = p.precision or setup.precision
     clip = p.clip if p.clip is not None else setup.grad_clip
     clip = clip * p.clip_scale if clip is not None else None
-    scaler = _grad_scaler(setup, precision, device)
-    skip = set(p.skip_batches) | set(_flagged_batches(ctx, p.skip_outliers_of))
-    order = [i for i in range(len(session.batches)) if i not in skip] or [0]
-    batches = [session.batches[i] for i in order]
+    scaler = _grad_scaler(setup, precision, session.device)
+    skip = sorted(set(p.skip_batches) | set(_flagged_batches(ctx, p.skip_outliers_of)))
+    batches = [b for i, b in enumerate(session.batches) if i not in skip] or session.batches[:1]
     if p.subset:
         batches = [first_examples(batches[0], p.subset)]
     scale_lr(optimizer, scheduler, p.lr_scale)
     scale_weight_decay(optimizer, p.wd_scale)
     params = trainable(model)
-    start_weights = [q.detach().clone() for q in model.parameters()]
-    weight_norm_start = param_vector_norm(model)
-    losses, norms, lrs, val_steps, val_losses = [], [], [], [], []
-    first_bad, truncated = None, False
+    trace = _Trace(start_weights=[q.detach().clone() for q in model.parameters()],
+                   weight_norm_start=param_vector_norm(model))
     if p.loop == "reference":
         model.train()  # the user's loop keeps whatever mode it sets: that may be the bug
     for step in range(p.steps):
         if ctx.out_of_time():
-            truncated = True
+            trace.truncated = True
             break
         batch = batches[step % len(batches)]
-        lrs.append(current_lr(optimizer))
+        trace.lrs.append(current_lr(optimizer))
         if p.loop == "user":
             loss = loss_value(setup.train_step(model, optimizer, batch))
             norm = grad_norm(params)
         else:
-            loss, norm = _reference_step(setup, batch, precision, clip, scaler, device, params)
-        losses.append(loss)
-        norms.append(norm)
-        if scheduler is not None and p.loop == "reference":
-            scheduler.step()
+            loss, norm = _reference_step(setup, batch, precision, clip, scaler, session.device, params)
+            if scheduler is not None:
+                scheduler.step()
+        trace.losses.append(loss)
+        trace.norms.append(norm)
         if p.val_every and session.val_batches and (step + 1) % p.val_every == 0:
-            val_steps.append(step + 1)
-            val_losses.append(_val_loss(setup, session.val_batches, precision, device))
+            trace.val_steps.append(step + 1)
+            trace.val_losses.append(_val_loss(setup, session.val_batches, precision, session.device))
         ctx.progress(step + 1, p.steps)
         # Under a GradScaler an inf gradient is routine (the step is skipped); elsewhere it is fatal.
         if not math.isfinite(loss) or (scaler is None and not math.isfinite(norm)):
-            first_bad = step
+            trace.first_bad = step
             break
-    return _summarise(losses, norms, lrs, val_steps, val_losses, first_bad, truncated, clip,
-                      sorted(skip), weight_norm_start, model, start_weights)
+    return _summarise(trace, model, clip, skip)
 
 
 def _reference_step(setup, batch, precision, clip, scaler, device, params) -> tuple[float, float]:
@@ -159,38 +170,35 @@ def _val_loss(setup, val_batches, precision, device) -> float:
     return float(np.mean(values))
 
 
-def _summarise(losses, norms, lrs, val_steps, val_losses, first_bad, truncated, clip, skipped,
-               weight_norm_start, model, start_weights) -> ReplayOutcome:
-    finite_losses = [x for x in losses if math.isfinite(x)]
-    finite_norms = [x for x in norms if math.isfinite(x)]
+def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped: list[int]) -> ReplayOutcome:
+    finite_losses = [x for x in t.losses if math.isfinite(x)]
+    finite_norms = [x for x in t.norms if math.isfinite(x)]
     k = max(1, len(finite_losses) // 5)
     start = float(np.median(finite_losses[:k])) if finite_losses else None
     end = float(np.median(finite_losses[-k:])) if finite_losses else None
     with torch.no_grad():
-        moved = torch.stack([(q.detach() - w).float().norm() for q, w in zip(model.parameters(), start_weights)])
+        moved = torch.stack([(q.detach() - w).float().norm() for q, w in zip(model.parameters(), t.start_weights)])
     weight_norm_end = param_vector_norm(model)
-    finite_weights = math.isfinite(weight_norm_end)
+    weights_finite = math.isfinite(weight_norm_end) and t.weight_norm_start > 0
     return ReplayOutcome(
-        steps_run=len(losses), losses=losses, grad_norms=norms, lrs=lrs,
-        val_steps=val_steps, val_losses=val_losses, skipped=skipped,
-        finite=first_bad is None and finite_weights, first_nonfinite_step=first_bad, truncated=truncated,
+        steps_run=len(t.losses), losses=t.losses, grad_norms=t.norms, lrs=t.lrs,
+        val_steps=t.val_steps, val_losses=t.val_losses, skipped=skipped,
+        finite=t.first_bad is None and math.isfinite(weight_norm_end),
+        first_nonfinite_step=t.first_bad, truncated=t.truncated,
         loss_start=start, loss_end=end,
-        loss_ratio=end / start if start and end is not None and first_bad is None else None,
+        loss_ratio=end / start if start and end is not None and t.first_bad is None else None,
         loss_min=min(finite_losses) if finite_losses else None,
         log_slope=_log_slope(finite_losses),
         max_rise=_max_rise(finite_losses, start),
         max_grad_norm=max(finite_norms) if finite_norms else None,
         median_grad_norm=float(np.median(finite_norms)) if finite_norms else None,
         clip_threshold=clip,
-        clipped_fraction=(sum(n > clip for n in finite_norms) / len(finite_norms))
-        if clip and finite_norms else 0.0,
-        weight_norm_ratio=weight_norm_end / weight_norm_start
-        if weight_norm_start > 0 and finite_weights else None,
-        update_ratio=float(moved.norm().item()) / weight_norm_start
-        if weight_norm_start > 0 and finite_weights else None,
-        val_ratio=val_losses[-1] / min(val_losses) if val_losses and min(val_losses) > 0 else None,
-        val_start=val_losses[0] if val_losses else None,
-        val_end=val_losses[-1] if val_losses else None,
+        clipped_fraction=sum(n > clip for n in finite_norms) / len(finite_norms) if clip and finite_norms else 0.0,
+        weight_norm_ratio=weight_norm_end / t.weight_norm_start if weights_finite else None,
+        update_ratio=float(moved.norm().item()) / t.weight_norm_start if weights_finite else None,
+        val_ratio=t.val_losses[-1] / min(t.val_losses) if t.val_losses and min(t.val_losses) > 0 else None,
+        val_start=t.val_losses[0] if t.val_losses else None,
+        val_end=t.val_losses[-1] if t.val_losses else None,
     )
 
 

@@ -1,36 +1,49 @@
 """Writing a Report as report.html, report.json and summary.md; reading report.json back.
 
-Templates only present: they get plain data (the Report and pre-rendered SVG strings), never torch.
+Templates only present: they get the Report and plain view data (views.py, flowchart.py), never torch.
+The HTML is autoescaped; the only markup passed through unescaped is SVG that plots.py generated
+(matplotlib escapes the text it writes into <text>). Rendering is deterministic: the same
+Report gives the same bytes, so `triage report report.json` reproduces the page.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jinja2
 import pydantic
 
 from triage.errors import ReportError
+from triage.report import flowchart
 from triage.report.model import SCHEMA_VERSION, Report
+from triage.report.views import build_views, describe_change, format_figure, summary_views
+
+__all__ = ["format_figure", "read_report", "render_html", "render_markdown", "write_report"]
 
 _TEMPLATES = Path(__file__).parent / "templates"
 
 
-def _environment() -> jinja2.Environment:
+def _environment(autoescape: bool) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(_TEMPLATES),
-        autoescape=jinja2.select_autoescape(["html", "j2"], default_for_string=True),
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        autoescape=autoescape, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True,
     )
-    env.filters["fig"] = format_figure
+    env.filters.update(fig=format_figure, change=describe_change, md=markdown_text, code=markdown_code)
     return env
 
 
-def format_figure(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+def render_html(report: Report) -> str:
+    views = build_views(report)
+    chart = flowchart.layout(report, views.anchors)
+    return _environment(autoescape=True).get_template("report.html.j2").render(r=report, v=views, chart=chart)
+
+
+def render_markdown(report: Report) -> str:
+    views = summary_views(report)
+    return _environment(autoescape=False).get_template("summary.md.j2").render(r=report, v=views)
 
 
 def write_report(report: Report, out_dir: Path) -> dict[str, Path]:
@@ -38,12 +51,8 @@ def write_report(report: Report, out_dir: Path) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"html": out_dir / "report.html", "json": out_dir / "report.json", "md": out_dir / "summary.md"}
     paths["json"].write_text(report.model_dump_json(indent=2))
-    env = _environment()
-    paths["html"].write_text(env.get_template("report.html.j2").render(r=report))
-    md = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=False,
-                            trim_blocks=True, lstrip_blocks=True)
-    md.filters["fig"] = format_figure
-    paths["md"].write_text(md.get_template("summary.md.j2").render(r=report))
+    paths["html"].write_text(render_html(report))
+    paths["md"].write_text(render_markdown(report))
     return paths
 
 
@@ -64,3 +73,21 @@ def read_report(path: Path) -> Report:
         raise ReportError(f"Expected '{path}' to match the report schema {SCHEMA_VERSION}, found "
                           f"{exc.error_count()} problems (first: {exc.errors()[0]['msg']} at "
                           f"{'.'.join(map(str, exc.errors()[0]['loc']))}).") from None
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|#])")
+
+
+def markdown_text(value) -> str:
+    """User text inside Markdown prose or a table cell: one line, no markup, no raw HTML."""
+    text = " ".join(str(value).split())
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return text.replace("<", "&lt;").replace(">", "&gt;")
+
+
+def markdown_code(value) -> str:
+    """User text as an inline code span (literal in GitHub and Jira's Markdown), fenced past its backticks."""
+    text = " ".join(str(value).split()).replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
