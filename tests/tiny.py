@@ -11,9 +11,9 @@ from triage.session import session_from_factory
 
 
 def blobs(n_batches: int = 6, batch_size: int = 32, features: int = 8, classes: int = 3, seed: int = 0):
-    """Separable Gaussian blobs as (x, y) batches."""
+    """Separable Gaussian blobs as (x, y) batches; `seed` draws other examples of the same blobs."""
+    centers = torch.randn(classes, features, generator=torch.Generator().manual_seed(1234)) * 3
     g = torch.Generator().manual_seed(seed)
-    centers = torch.randn(classes, features, generator=g) * 3
     batches = []
     for _ in range(n_batches):
         y = torch.randint(0, classes, (batch_size,), generator=g)

@@ -1,0 +1,37 @@
+import torch
+
+from tests.tiny import blobs, context, mlp_setup
+from triage.experiments.data_check import DATA_CHECK, DataCheckParams
+
+
+def check(factory):
+    return DATA_CHECK.measure(context(factory), DataCheckParams())
+
+
+def test_clean_data_has_no_findings():
+    out = check(mlp_setup)
+    assert out.nonfinite_count == 0 and out.first_bad_batch is None
+    assert out.batches_checked == 6 and out.tensors_checked == 12
+
+
+def test_nan_and_inf_are_named_by_batch_and_key_in_nested_batches():
+    def nested():
+        s = mlp_setup()
+        batches = [{"inputs": (x.clone(),), "labels": y} for x, y in s.batches]
+        batches[4]["inputs"][0][1, 2] = float("inf")
+        batches[3]["inputs"][0][0, :3] = float("nan")
+        return s.model_copy(update={"batches": batches, "loss_fn": lambda m, b: m(b["inputs"][0]).sum()})
+
+    out = check(nested)
+    assert out.nonfinite_count == 2 and out.first_bad_batch == 3
+    first = out.nonfinite[0]
+    assert (first.split, first.batch, first.key, first.nan, first.inf) == ("train", 3, "['inputs'][0]", 3, 0)
+    assert (out.nonfinite[1].batch, out.nonfinite[1].inf) == (4, 1)
+
+
+def test_validation_batches_are_checked_too():
+    val = blobs(n_batches=1)
+    val[0][0][0, 0] = float("nan")
+    out = check(lambda: mlp_setup(val_batches=val))
+    assert [(f.split, f.batch) for f in out.nonfinite] == [("val", 0)]
+    assert out.first_bad_batch is None  # no train batch is bad

@@ -1,0 +1,128 @@
+"""The replay loop: each intervention changes what it should, and the figures measure what they say."""
+
+import math
+
+import torch
+
+from tests.tiny import blobs, context, cross_entropy, mlp_setup
+from triage.experiments.replay import REPLAY, ReplayParams
+
+import triage
+
+
+def replay(factory, **params):
+    return REPLAY.measure(context(factory), ReplayParams(**params))
+
+
+def test_a_healthy_run_trains():
+    out = replay(mlp_setup, steps=30)
+    assert out.finite and out.steps_run == 30
+    assert out.loss_ratio < 0.5 and out.max_rise < 0.5
+
+
+def test_a_too_high_lr_diverges_and_lr_scale_brings_it_back():
+    hot = lambda: mlp_setup(lr=50.0)  # noqa: E731
+    diverged = replay(hot, steps=30)
+    assert not diverged.finite or diverged.max_rise > 1.0
+    calmed = replay(hot, steps=30, lr_scale=0.001)
+    assert calmed.finite and calmed.loss_ratio < 1.0
+    assert calmed.lrs[0] == 50.0 * 0.001
+
+
+def test_the_first_nonfinite_loss_ends_the_replay():
+    def nan_at_batch_2():
+        s = mlp_setup()
+        batches = [(x.clone(), y) for x, y in s.batches]
+        batches[2][0][0, 0] = float("nan")
+        return s.model_copy(update={"batches": batches})
+
+    out = replay(nan_at_batch_2, steps=20)
+    assert not out.finite and out.first_nonfinite_step == 2 and out.steps_run == 3
+    assert math.isnan(out.losses[-1])
+    assert replay(nan_at_batch_2, steps=20, skip_batches=[2]).finite
+
+
+def test_clip_reports_the_pre_clip_norm_and_the_fraction_clipped():
+    out = replay(mlp_setup, steps=10, clip=1e-3)
+    assert out.clip_threshold == 1e-3 and out.clipped_fraction == 1.0
+    assert out.median_grad_norm > 1e-2
+    assert replay(mlp_setup, steps=10).clipped_fraction == 0.0
+
+
+def test_clip_scale_multiplies_the_runs_own_threshold():
+    clipped = lambda: mlp_setup(grad_clip=0.01)  # noqa: E731
+    assert replay(clipped, steps=3, clip_scale=100).clip_threshold == 1.0
+
+
+def test_subset_trains_on_the_first_examples_only():
+    out = replay(mlp_setup, steps=40, subset=2)
+    assert out.loss_end < 0.05  # two examples are memorised
+
+
+def test_weight_decay_scale_shrinks_weights():
+    def decayed():
+        s = mlp_setup()
+        opt = torch.optim.SGD(s.model.parameters(), lr=0.05, weight_decay=2.0)
+        return s.model_copy(update={"optimizer": opt})
+
+    assert replay(decayed, steps=30).weight_norm_ratio < 0.5
+    assert replay(decayed, steps=30, wd_scale=0.0).weight_norm_ratio > 0.8
+
+
+def test_lr_scale_keeps_the_scheduler_shape():
+    def scheduled():
+        s = mlp_setup(lr=0.1)
+        sched = torch.optim.lr_scheduler.LambdaLR(s.optimizer, lambda step: 1.0 / (1 + step))
+        return s.model_copy(update={"scheduler": sched})
+
+    base, scaled = replay(scheduled, steps=5), replay(scheduled, steps=5, lr_scale=0.1)
+    assert all(math.isclose(a * 0.1, b) for a, b in zip(base.lrs, scaled.lrs))
+    assert base.lrs[0] > base.lrs[-1]
+
+
+def test_the_users_loop_runs_their_train_step():
+    calls = []
+
+    def step(model, optimizer, batch):
+        calls.append(model.training)
+        optimizer.zero_grad()
+        loss = cross_entropy(model, batch)
+        loss.backward()
+        return loss  # no optimizer.step(): the bug
+
+    def buggy():
+        return mlp_setup().model_copy(update={"train_step": step})
+
+    user = replay(buggy, steps=10, loop="user")
+    assert len(calls) == 10 and user.update_ratio == 0.0
+    assert replay(buggy, steps=10).update_ratio > 0.0
+
+
+def test_val_loss_is_measured_every_n_steps():
+    with_val = lambda: mlp_setup(val_batches=blobs(n_batches=2, seed=1))  # noqa: E731
+    out = replay(with_val, steps=20, val_every=5)
+    assert out.val_steps == [5, 10, 15, 20] and len(out.val_losses) == 4
+    assert out.val_end < out.val_start
+
+
+def test_default_init_replays_from_reset_parameters():
+    def huge_init():
+        s = mlp_setup()
+        with torch.no_grad():
+            for m in s.model:
+                if isinstance(m, torch.nn.Linear):
+                    m.weight.mul_(100)
+        return s
+
+    assert replay(huge_init, steps=1, init="setup").loss_start > 10 * replay(huge_init, steps=1, init="default").loss_start
+
+
+def test_setup_rejects_a_wrong_field():
+    import pydantic
+    import pytest
+
+    with pytest.raises(pydantic.ValidationError, match="precision"):
+        mlp_setup(precision="fp8")
+    with pytest.raises(pydantic.ValidationError, match="grad_clip"):
+        mlp_setup(grad_clip=-1.0)
+    assert isinstance(mlp_setup(), triage.Setup)
