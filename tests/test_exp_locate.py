@@ -1,0 +1,175 @@
+"""locate_nonfinite: names the module, op and source line that first produce a NaN/Inf."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import triage
+from triage.experiments.base import Context
+from triage.experiments.locate import LOCATE_NONFINITE, LocateParams
+from triage.session import session_from_factory
+
+
+def _line_of(marker: str) -> int:
+    lines = Path(__file__).read_text().splitlines()
+    return next(i for i, text in enumerate(lines, 1) if text.rstrip().endswith(f"# {marker}"))
+
+
+class UnitNorm(nn.Module):
+    def __init__(self, eps: float):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x):
+        return x / (x.norm(dim=-1, keepdim=True) + self.eps)  # unit-norm-div
+
+
+class Magnitude(nn.Module):
+    """Appends |x| as a feature: finite forward, but d sqrt/dx at 0 is Inf."""
+
+    def forward(self, x):
+        magnitude = torch.sqrt((x ** 2).sum(-1, keepdim=True))  # magnitude-sqrt
+        return x + magnitude
+
+
+class Block(nn.Module):
+    def __init__(self, norm: nn.Module, width: int = 8):
+        super().__init__()
+        self.lin = nn.Linear(width, width, bias=False)  # no bias: a zero row stays zero
+        self.norm = norm
+
+    def forward(self, x):
+        return self.norm(self.lin(x))
+
+
+class Net(nn.Module):
+    def __init__(self, norms: list[nn.Module], width: int = 8):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(n, width) for n in norms)
+        self.head = nn.Linear(width, 1)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def _batches(zero_row_in: int | None, n: int = 4) -> list:
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for i in range(n):
+        x, y = torch.randn(16, 8, generator=g), torch.randn(16, 1, generator=g)
+        if i == zero_row_in:
+            x[3] = 0.0
+        batches.append((x, y))
+    return batches
+
+
+def _mse(model, batch):
+    return F.mse_loss(model(batch[0]), batch[1])
+
+
+def _context(model: nn.Module, batches: list, loss_fn=_mse) -> Context:
+    def factory() -> triage.Setup:
+        torch.manual_seed(0)
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.01),
+                            loss_fn=loss_fn, batches=batches)
+    session = session_from_factory(factory)
+    session.restore()
+    return Context(session=session, budget_s=60)
+
+
+def _assert_clean(model: nn.Module) -> None:
+    for module in model.modules():
+        assert not module._forward_hooks and not module._forward_pre_hooks and not module._backward_hooks
+    for param in model.parameters():
+        assert not param._backward_hooks
+    assert not torch.is_anomaly_enabled()
+
+
+def test_division_by_a_zero_norm_is_named_in_the_forward():
+    model = Net([UnitNorm(eps=1e-6), UnitNorm(eps=0.0)])
+    ctx = _context(model, _batches(zero_row_in=2))
+    out = LOCATE_NONFINITE.measure(ctx, LocateParams(steps=10))
+    assert out.found and out.step == 2  # steps 0 and 1 are finite and move the weights
+    assert out.stage == "forward" and not out.loss_finite
+    assert out.module == out.forward_module == "blocks.1.norm"
+    assert out.forward_module_type == "UnitNorm"
+    assert out.inputs_finite is True
+    assert "div" in out.op
+    assert out.source.endswith(f"test_exp_locate.py:{_line_of('unit-norm-div')}")
+    assert "x.norm(dim=-1" in out.source_line
+    assert any(line.startswith(">") and "x.norm" in line for line in out.source_context)
+    _assert_clean(model)
+
+
+def test_sqrt_at_zero_is_named_in_the_backward():
+    model = Net([UnitNorm(eps=1e-6), Magnitude()])
+    ctx = _context(model, _batches(zero_row_in=1))
+    out = LOCATE_NONFINITE.measure(ctx, LocateParams(steps=10))
+    assert out.found and out.step == 1
+    assert out.stage == "backward" and out.loss_finite
+    assert out.forward_module is None
+    assert out.module == out.backward_module == "blocks.1.norm"
+    assert out.op == "SqrtBackward0"  # the Inf it makes; anomaly mode flags the NaN one node later
+    assert out.anomaly_op == "PowBackward0"
+    assert out.source.endswith(f"test_exp_locate.py:{_line_of('magnitude-sqrt')}")
+    _assert_clean(model)
+
+
+class ConvNet(nn.Module):
+    """Conv -> BN -> ReLU(inplace): module backward hooks would break on this; node hooks must not."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=True))
+        self.scale = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        h = self.features(x).mean(dim=(2, 3))
+        return h.sum(-1, keepdim=True) * self.scale.sqrt()  # scale-sqrt
+
+
+def test_backward_nan_behind_inplace_relu_is_found_without_breaking_the_forward():
+    model = ConvNet()
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(4, 1, 6, 6, generator=g), torch.randn(4, 1, generator=g))]
+    ctx = _context(model, batches)
+    running_mean = model.features[1].running_mean.clone()
+    out = LOCATE_NONFINITE.measure(ctx, LocateParams(steps=5))
+    assert out.found and out.step == 0 and out.stage == "backward"
+    assert out.op == "SqrtBackward0" and out.module == "(model)"
+    assert out.source.endswith(f"test_exp_locate.py:{_line_of('scale-sqrt')}")
+    # the failing step's own forward passes left the BatchNorm statistics as they were before it
+    assert torch.equal(model.features[1].running_mean, running_mean)
+    _assert_clean(model)
+
+
+def _log_prob_loss(model, batch):
+    probs = torch.softmax(model(batch[0]), dim=-1)
+    return -(probs * 0.0).log().mean()  # log-of-zero
+
+
+def test_a_loss_function_nan_names_the_op_and_no_module():
+    model = nn.Sequential(nn.Linear(8, 4))
+    ctx = _context(model, _batches(zero_row_in=None), loss_fn=_log_prob_loss)
+    out = LOCATE_NONFINITE.measure(ctx, LocateParams(steps=3))
+    assert out.found and out.step == 0 and out.stage == "forward" and not out.loss_finite
+    assert out.module is None and out.forward_module is None
+    assert out.op == "Tensor.log"
+    assert out.source.endswith(f"test_exp_locate.py:{_line_of('log-of-zero')}")
+
+
+@pytest.mark.parametrize("anomaly", [True, False])
+def test_a_healthy_run_finds_nothing(anomaly):
+    model = Net([UnitNorm(eps=1e-6), UnitNorm(eps=1e-6)])
+    ctx = _context(model, _batches(zero_row_in=2))
+    out = LOCATE_NONFINITE.measure(ctx, LocateParams(steps=12, anomaly=anomaly))
+    assert not out.found and out.steps_run == 12
+    assert out.step is None and out.module is None and out.op is None and out.source is None
+    _assert_clean(model)
