@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
 import torch
@@ -48,7 +48,6 @@ class Walk:
     decisions: list[Decision]
     setup_facts: dict[str, Any]
     seconds: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def lookup(self, node: str, name: str) -> Any:
         return lookup(node, name, self.setup_facts, self.runs, self.outcomes)
