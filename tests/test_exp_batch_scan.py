@@ -1,0 +1,27 @@
+"""batch_scan: a batch that stands out is named by index; clean or identical batches flag none."""
+
+from tests._instrument_runs import classifier_setup, digits, run, session_of
+from triage.experiments.batch_scan import BATCH_SCAN
+
+
+def test_a_batch_scaled_1000x_is_flagged_by_index():
+    batches = digits(8)
+    batches[3] = (batches[3][0] * 1000, batches[3][1])
+    out = run(BATCH_SCAN, session_of(lambda: classifier_setup(batches=batches)))
+    assert out.outliers == [3]
+    assert out.outlier_count == 1 and out.worst_batch == 3
+    assert out.worst_z > 6
+    assert len(out.losses) == len(out.grad_norms) == 8
+
+
+def test_clean_batches_have_no_outlier():
+    out = run(BATCH_SCAN, session_of(lambda: classifier_setup(batches=digits(8))))
+    assert out.outliers == [] and out.outlier_count == 0
+    assert out.worst_z < 6
+
+
+def test_identical_batches_have_no_outlier():
+    # A MAD of zero would turn the smallest rounding difference into an infinite z: the floor prevents it.
+    batch = digits(1)[0]
+    out = run(BATCH_SCAN, session_of(lambda: classifier_setup(batches=[batch] * 6)))
+    assert out.outliers == []

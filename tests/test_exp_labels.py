@@ -1,0 +1,77 @@
+"""label_check: out-of-range, single-class, class-ordered and input-unrelated labels; real digits are quiet."""
+
+import torch
+from torch import nn
+
+from tests._instrument_runs import classifier_setup, digits, run, session_of
+from triage.experiments.labels import LABEL_CHECK
+
+
+def _outcome(batches, **params):
+    return run(LABEL_CHECK, session_of(lambda: classifier_setup(batches=batches)), **params)
+
+
+def test_real_digits_are_quiet():
+    out = _outcome(digits(8))
+    assert out.is_classification and out.num_classes == 10
+    assert out.label_min == 0 and out.label_max == 9 and out.out_of_range_count == 0
+    assert out.distinct_labels == 10 and not out.single_class and not out.class_ordered
+    assert out.majority_fraction < 0.2
+    assert 0.9 < out.batch_class_ratio < 1.1
+    assert out.knn_agreement > 0.9 and abs(out.chance_agreement - 0.1) < 0.02
+    assert out.knn_examples == 512
+
+
+def test_shuffled_labels_agree_with_neighbours_at_chance():
+    out = _outcome(digits(8, shuffle_labels=True))
+    assert out.knn_agreement < out.chance_agreement + 0.07  # 512 examples: chance +- ~0.013 (1 sd)
+    assert out.out_of_range_count == 0
+
+
+def test_labels_beyond_the_logits_are_counted():
+    batches = [(x, torch.where(y == 9, torch.tensor(12), y)) for x, y in digits(4)]
+    nines = sum(int((y == 9).sum()) for _, y in digits(4))
+    out = _outcome(batches)  # cross_entropy itself would raise on these; the check must not
+    assert out.num_classes == 10 and out.label_max == 12
+    assert out.out_of_range_count == nines > 0
+
+
+def test_padding_labels_are_not_out_of_range():
+    batches = [(x, torch.where(y == 9, torch.tensor(-100), y)) for x, y in digits(4)]
+    out = _outcome(batches)
+    assert out.out_of_range_count == 0 and out.label_max == 8
+
+
+def test_a_single_class_is_flagged():
+    batches = [(x, torch.zeros_like(y)) for x, y in digits(4)]
+    out = _outcome(batches)
+    assert out.single_class and out.distinct_labels == 1 and out.majority_fraction == 1.0
+    assert not out.class_ordered  # one class in every batch, but the snapshot has no other
+
+
+def test_batches_sorted_by_class_are_flagged():
+    x = torch.cat([b[0] for b in digits(16, batch_size=32)])
+    y = torch.cat([b[1] for b in digits(16, batch_size=32)])
+    order = torch.argsort(y, stable=True)
+    x, y = x[order], y[order]
+    batches = [(x[i:i + 32], y[i:i + 32]) for i in range(0, 512, 32)]
+    out = _outcome(batches)
+    assert out.class_ordered and out.batch_class_ratio < 0.3 and out.distinct_labels == 10
+    assert out.knn_agreement > 0.9  # the labels themselves are right
+
+
+def test_regression_is_not_classification():
+    batches = [(x, x[:, :1].clone()) for x, _ in digits(2)]
+    setup = lambda: classifier_setup(batches=batches, model=nn.Linear(64, 1),  # noqa: E731
+                                     loss_fn=lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]))
+    out = run(LABEL_CHECK, session_of(setup))
+    assert not out.is_classification and out.num_classes is None and out.knn_agreement is None
+
+
+def test_two_classes_sorted_are_flagged_and_shuffled_are_not():
+    x = torch.cat([b[0] for b in digits(16, batch_size=32)])
+    y = (torch.cat([b[1] for b in digits(16, batch_size=32)]) >= 5).long()  # two balanced classes
+    for order, ordered in ((torch.argsort(y, stable=True), True), (torch.arange(len(y)), False)):
+        batches = [(x[order][i:i + 32], y[order][i:i + 32]) for i in range(0, 512, 32)]
+        out = _outcome(batches)
+        assert out.class_ordered is ordered, out.batch_class_ratio

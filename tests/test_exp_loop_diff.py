@@ -1,0 +1,117 @@
+"""loop_diff: the user's train_step against the reference loop. Each classic loop bug fires its own
+measurement; a correct step leaves them all quiet."""
+
+import pytest
+from torch import nn
+
+from tests._instrument_runs import classifier_setup, cross_entropy, run, session_of
+from triage.experiments.loop_diff import LOOP_DIFF
+
+
+def correct_step(model, optimizer, batch):
+    model.train()
+    optimizer.zero_grad()
+    loss = cross_entropy(model, batch)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def no_zero_grad(model, optimizer, batch):
+    loss = cross_entropy(model, batch)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def no_optimizer_step(model, optimizer, batch):
+    optimizer.zero_grad()
+    loss = cross_entropy(model, batch)
+    loss.backward()
+    return loss
+
+
+def eval_mode(model, optimizer, batch):
+    model.eval()
+    optimizer.zero_grad()
+    loss = cross_entropy(model, batch)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def detached_logits(model, optimizer, batch):
+    x, y = batch
+    optimizer.zero_grad()
+    logits = model(x).detach().requires_grad_()  # the graph to the weights is cut here
+    loss = nn.functional.cross_entropy(logits, y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def _outcome(train_step):
+    return run(LOOP_DIFF, session_of(lambda: classifier_setup(lr=0.1, train_step=train_step)))
+
+
+def test_a_correct_step_is_quiet():
+    out = _outcome(correct_step)
+    assert out.has_train_step and out.steps_run == 20
+    assert out.params_never_changed == [] and out.unchanged_fraction == 0.0
+    assert not out.grads_accumulate and 0.9 < out.grad_growth < 1.1
+    assert not out.left_in_eval and not out.eval_after_step
+    assert out.optimizer_stepped and out.optimizer_steps == 20
+    assert not out.loss_detached
+    assert out.user_loss_ratio < 0.8 and out.reference_loss_ratio < 0.8
+    assert abs(out.user_loss_ratio - out.reference_loss_ratio) < 0.05  # the same loop, measured twice
+
+
+def test_a_step_without_zero_grad_accumulates_gradients():
+    out = _outcome(no_zero_grad)
+    assert out.grads_accumulate and out.grad_growth > 2
+    assert out.optimizer_stepped and not out.loss_detached and not out.left_in_eval
+
+
+def test_a_step_that_never_steps_the_optimizer_changes_nothing():
+    out = _outcome(no_optimizer_step)
+    assert not out.optimizer_stepped and out.optimizer_steps == 0
+    assert out.params_never_changed == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert out.unchanged_fraction == 1.0 and out.extra_unchanged_fraction == 1.0
+    assert out.reference_never_changed == []
+    assert out.reference_loss_ratio < 0.8 and out.user_loss_ratio > 0.9
+
+
+def test_a_step_that_puts_the_model_in_eval_mode_is_caught():
+    out = _outcome(eval_mode)
+    assert out.left_in_eval and out.eval_forward_fraction == 1.0 and out.eval_after_step
+    assert out.optimizer_stepped and not out.grads_accumulate
+
+
+def test_a_loss_cut_from_the_weights_gives_no_parameter_a_gradient():
+    out = _outcome(detached_logits)
+    assert out.loss_detached
+    assert out.returned_loss_has_grad  # the returned loss has a graph, just not one to the weights
+    assert out.unchanged_fraction == 1.0
+
+
+def test_without_a_train_step_there_is_nothing_to_compare():
+    out = run(LOOP_DIFF, session_of(lambda: classifier_setup()))
+    assert not out.has_train_step and out.steps_run == 0 and out.params_never_changed == []
+
+
+@pytest.mark.parametrize("step", [correct_step, no_zero_grad, eval_mode])
+def test_the_run_is_handed_back_as_it_was(step):
+    session = session_of(lambda: classifier_setup(lr=0.1, train_step=step))
+    before = [p.detach().clone() for p in session.setup.model.parameters()]
+    run(LOOP_DIFF, session)
+    assert all((a == b).all() for a, b in zip(before, session.setup.model.parameters()))
+    assert session.setup.model.training
+    assert "step" not in vars(session.setup.optimizer)  # the counting wrapper is gone
+
+
+@pytest.mark.parametrize("step, accumulates", [(correct_step, False), (no_zero_grad, True)])
+def test_dropout_and_batchnorm_noise_does_not_blur_accumulation(step, accumulates):
+    # The fresh gradient sees another dropout mask than the user's step: the ratio is near 1, not exactly.
+    model = nn.Sequential(nn.Linear(64, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 10))
+    out = run(LOOP_DIFF, session_of(lambda: classifier_setup(lr=0.1, train_step=step, model=model)))
+    assert out.grads_accumulate is accumulates

@@ -1,0 +1,99 @@
+"""Loss at initialisation: the checkpoint's, setup()'s own fresh init's and PyTorch's default init's
+loss against ln(K), the loss of a classifier that guesses uniformly over K classes."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+from pydantic import Field
+
+from triage.contract import Setup
+from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.probes import class_targets, linear_layers, mean_loss, model_output
+
+
+class InitCheckParams(Params):
+    batches: int = Field(default=4, ge=1, description="Average the loss over the first N snapshot batches.")
+
+
+class InitCheckOutcome(Outcome):
+    num_classes: Optional[int] = Field(default=None, description="K, the logits' last dim (classification).")
+    expected_loss: Optional[float] = Field(default=None, description="ln K: uniform guessing.")
+    loss_checkpoint: float
+    loss_setup_init: float = Field(description="Loss with setup()'s own init (setup() called again).")
+    loss_default_init: float = Field(description="Loss with every module's reset_parameters().")
+    checkpoint_ratio: Optional[float] = Field(default=None, description="loss_checkpoint / ln K.")
+    setup_init_ratio: Optional[float] = Field(default=None, description="loss_setup_init / ln K.")
+    default_init_ratio: Optional[float] = Field(default=None, description="loss_default_init / ln K.")
+    activation_std_growth_checkpoint: Optional[float] = Field(
+        default=None, description="Std of the last Linear/Conv output over the first's, at the checkpoint.")
+    activation_std_growth_setup: Optional[float] = Field(
+        default=None, description="The same at setup()'s init: >> 1 is activations exploding with depth.")
+    activation_std_growth_default: Optional[float] = Field(default=None, description="The same at default init.")
+
+
+def measure(ctx: Context, p: InitCheckParams) -> InitCheckOutcome:
+    session = ctx.session
+    device = session.device
+    batches = session.batches[:p.batches]
+    k = _num_classes(session.setup, batches[0], device)
+    expected = math.log(k) if k else None
+    figures = {}
+    for label, setup in (("checkpoint", session.setup), ("setup", None), ("default", None)):
+        if setup is None:
+            setup = session.fresh_setup(default_init=label == "default")
+        figures[label] = (mean_loss(setup, batches, device), _activation_std_growth(setup, batches[0], device))
+        ctx.progress(len(figures), 3)
+    session.restore()  # the checkpoint model's forwards may have moved BatchNorm statistics
+
+    def ratio(loss: float) -> Optional[float]:
+        return loss / expected if expected else None
+
+    return InitCheckOutcome(
+        num_classes=k, expected_loss=expected,
+        loss_checkpoint=figures["checkpoint"][0], loss_setup_init=figures["setup"][0],
+        loss_default_init=figures["default"][0],
+        checkpoint_ratio=ratio(figures["checkpoint"][0]), setup_init_ratio=ratio(figures["setup"][0]),
+        default_init_ratio=ratio(figures["default"][0]),
+        activation_std_growth_checkpoint=figures["checkpoint"][1],
+        activation_std_growth_setup=figures["setup"][1],
+        activation_std_growth_default=figures["default"][1],
+    )
+
+
+def _num_classes(setup: Setup, batch: Any, device: torch.device) -> Optional[int]:
+    """K when the batch carries integer labels and the model outputs K >= 2 scores per example."""
+    if class_targets(batch) is None:
+        return None
+    logits = model_output(setup, batch, device)
+    if logits is None or logits.shape[-1] < 2:
+        return None
+    return int(logits.shape[-1])
+
+
+@torch.no_grad()
+def _activation_std_growth(setup: Setup, batch: Any, device: torch.device) -> Optional[float]:
+    """std(output of the last Linear/Conv to run) / std(output of the first), on one batch."""
+    stds: list[float] = []
+    hooks = [m.register_forward_hook(lambda mod, inp, out: stds.append(float(out.detach().float().std())))
+             for _, m in linear_layers(setup.model)]
+    try:
+        mean_loss(setup, [batch], device)
+    finally:
+        for h in hooks:
+            h.remove()
+    if len(stds) < 2 or not stds[0] > 0:
+        return None
+    return stds[-1] / stds[0]
+
+
+INIT_LOSS = Experiment(
+    name="init_loss",
+    summary="Compares the loss at the checkpoint, at setup()'s own init and at PyTorch's default init "
+            "with ln(K), and how activations grow with depth at each.",
+    params=InitCheckParams,
+    outcome=InitCheckOutcome,
+    measure=measure,
+)

@@ -1,0 +1,125 @@
+"""Label checks for classification: labels out of range of the logits, a single class, class-ordered
+batches, and labels unrelated to the inputs (nearest-neighbour agreement vs chance)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from pydantic import Field
+
+from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, model_output
+
+
+class LabelCheckParams(Params):
+    knn_examples: int = Field(default=2000, ge=10, description="Examples used for the neighbour agreement.")
+    ignore_index: int = Field(default=IGNORE_INDEX, description="A target value that marks padding, not a class.")
+
+
+class LabelCheckOutcome(Outcome):
+    is_classification: bool = Field(description="Batches carry integer labels and the model outputs >= 2 scores.")
+    num_classes: Optional[int] = Field(default=None, description="K, the logits' last dim.")
+    label_min: Optional[int] = None
+    label_max: Optional[int] = None
+    labels_seen: int = Field(default=0, description="Labels counted (ignore_index left out).")
+    out_of_range_count: int = Field(default=0, description="Labels < 0 or >= K.")
+    distinct_labels: int = 0
+    single_class: bool = False
+    majority_fraction: Optional[float] = Field(default=None, description="Share of the most frequent label.")
+    single_class_batch_fraction: Optional[float] = Field(default=None, description="Batches holding one class.")
+    batch_class_ratio: Optional[float] = Field(
+        default=None, description="Mean distinct classes per batch / the mean a shuffled batch of that size "
+                                  "would hold: ~1 shuffled, << 1 when batches come sorted by class.")
+    class_ordered: bool = Field(default=False, description="batch_class_ratio < 0.6 with several classes.")
+    knn_agreement: Optional[float] = Field(
+        default=None, description="Share of examples whose nearest neighbour in input space has their label.")
+    chance_agreement: Optional[float] = Field(default=None, description="Sum of class frequency squared.")
+    knn_examples: int = 0
+
+
+def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
+    session = ctx.session
+    batches = session.batches
+    targets = [class_targets(b) for b in batches]
+    logits = model_output(session.setup, batches[0], session.device) if targets[0] is not None else None
+    session.restore()  # the probe's forward may have moved BatchNorm statistics
+    if targets[0] is None or logits is None or logits.shape[-1] < 2:
+        return LabelCheckOutcome(is_classification=False)
+    k = int(logits.shape[-1])
+    per_batch = [t.reshape(-1)[t.reshape(-1) != p.ignore_index].long().cpu() for t in targets if t is not None]
+    labels = torch.cat(per_batch)
+    if labels.numel() == 0:
+        return LabelCheckOutcome(is_classification=True, num_classes=k)
+    counts = torch.bincount(labels - labels.min())
+    counts = counts[counts > 0]
+    distinct = int(counts.numel())
+    single_batches = sum(int(t.unique().numel()) == 1 for t in per_batch if t.numel())
+    single_batch_fraction = single_batches / max(1, sum(1 for t in per_batch if t.numel()))
+    frequencies = counts.double() / labels.numel()
+    ratio = _batch_class_ratio(per_batch, frequencies)
+    knn, used = _knn_agreement(batches, p)
+    return LabelCheckOutcome(
+        is_classification=True, num_classes=k,
+        label_min=int(labels.min()), label_max=int(labels.max()), labels_seen=int(labels.numel()),
+        out_of_range_count=int(((labels < 0) | (labels >= k)).sum()),
+        distinct_labels=distinct, single_class=distinct == 1,
+        majority_fraction=float(frequencies.max()),
+        single_class_batch_fraction=single_batch_fraction,
+        batch_class_ratio=ratio,
+        # Sorted batches of 2 balanced classes score ~0.5, of 10 classes ~0.15; shuffled ones ~1.
+        class_ordered=distinct > 1 and ratio is not None and ratio < 0.6,
+        knn_agreement=knn, chance_agreement=float((frequencies ** 2).sum()) if knn is not None else None,
+        knn_examples=used,
+    )
+
+
+def _batch_class_ratio(per_batch: list[torch.Tensor], frequencies: torch.Tensor) -> Optional[float]:
+    """Observed distinct classes per batch over the expectation for a shuffled batch of the same size.
+
+    A batch of B labels drawn at random holds class c with probability 1 - (1 - p_c)^B.
+    """
+    sized = [t for t in per_batch if t.numel()]
+    if len(sized) < 2:
+        return None
+    observed = sum(int(t.unique().numel()) for t in sized) / len(sized)
+    expected = sum(float((1 - (1 - frequencies) ** t.numel()).sum()) for t in sized) / len(sized)
+    return observed / expected
+
+
+def _knn_agreement(batches: list, p: LabelCheckParams) -> tuple[Optional[float], int]:
+    """Leave-one-out 1-nearest-neighbour agreement of labels, on standardised flattened inputs.
+
+    Only for one label per example (not per token) and floating inputs. Labels that carry
+    information about the inputs agree well above chance; shuffled labels agree at chance.
+    """
+    xs, ys = [], []
+    for batch in batches:
+        x, y = input_tensor(batch, floating=True), class_targets(batch)
+        if x is None or y is None or y.dim() != 1 or x.shape[0] != y.shape[0]:
+            continue
+        keep = y != p.ignore_index
+        xs.append(x[keep].reshape(int(keep.sum()), -1).float().cpu())
+        ys.append(y[keep].long().cpu())
+        if sum(len(v) for v in ys) >= p.knn_examples:
+            break
+    if not ys:
+        return None, 0
+    x, y = torch.cat(xs)[:p.knn_examples], torch.cat(ys)[:p.knn_examples]
+    if len(y) < 2:
+        return None, 0
+    x = (x - x.mean(0)) / x.std(0).clamp_min(1e-6)  # (N, D): every feature on the same scale
+    distances = torch.cdist(x, x)
+    distances.fill_diagonal_(float("inf"))
+    neighbour = distances.argmin(dim=1)
+    return float((y[neighbour] == y).double().mean()), len(y)
+
+
+LABEL_CHECK = Experiment(
+    name="label_check",
+    summary="Checks classification labels: out of range for the logits, a single class, class-ordered "
+            "batches, and agreement with input-space neighbours against chance.",
+    params=LabelCheckParams,
+    outcome=LabelCheckOutcome,
+    measure=measure,
+)

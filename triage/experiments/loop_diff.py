@@ -1,0 +1,224 @@
+"""Loop differential: the user's own `train_step` against the reference loop, from the same snapshot on
+the same batches, with the user's step instrumented (optimizer steps counted, gradients watched,
+train/eval mode of every forward recorded)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Iterator, Optional
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.replay import _grad_scaler, _reference_step
+from triage.experiments.training import autocast, grad_norm, loss_value, trainable
+
+
+class LoopDiffParams(Params):
+    steps: int = Field(default=20, ge=2, le=10_000, description="Steps of each loop.")
+    # A gradient that is summed instead of replaced is, after k steps, about sqrt(k) (uncorrelated) to
+    # k (aligned) times a fresh one: 1.5 is clear of both 1 (zeroed each step) and sqrt(10) (step 10).
+    growth_threshold: float = Field(default=1.5, gt=1, description="grad_growth above this: accumulating.")
+
+
+class LoopDiffOutcome(Outcome):
+    has_train_step: bool
+    steps_run: int = 0
+    params_never_changed: list[str] = Field(
+        default_factory=list, description="Trainable parameters the user's steps left exactly as they were.")
+    unchanged_fraction: float = Field(default=0.0, description="Their share of the trainable elements.")
+    reference_never_changed: list[str] = Field(
+        default_factory=list, description="Trainable parameters the reference loop left unchanged too.")
+    extra_unchanged_fraction: float = Field(
+        default=0.0, description="Share of trainable elements unchanged by the user's steps only.")
+    grads_accumulate: bool = Field(default=False, description="grad_growth > growth_threshold.")
+    grad_growth: Optional[float] = Field(
+        default=None, description="Median over the second half of the steps of |grad after the user's "
+                                  "step| / |a fresh gradient on the same batch at the same weights|.")
+    left_in_eval: bool = Field(default=False, description="Some forward of the user's step ran in eval mode.")
+    eval_forward_fraction: float = Field(default=0.0, description="Share of the user's forwards in eval mode.")
+    eval_after_step: bool = Field(default=False, description="The model was in eval mode after a user step.")
+    optimizer_stepped: bool = Field(default=False, description="optimizer.step() ran during the user's steps.")
+    optimizer_steps: int = 0
+    loss_detached: bool = Field(
+        default=False, description="No trainable parameter received a gradient in any user step.")
+    returned_loss_has_grad: Optional[bool] = Field(
+        default=None, description="The loss train_step returned is part of an autograd graph (a float or "
+                                  "a detached tensor is a normal thing to return; None: not a tensor).")
+    user_losses: list[float] = Field(default_factory=list)
+    reference_losses: list[float] = Field(default_factory=list)
+    user_loss_ratio: Optional[float] = Field(default=None, description="Median last fifth / first fifth.")
+    reference_loss_ratio: Optional[float] = Field(default=None, description="The same for the reference.")
+
+
+def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
+    session = ctx.session
+    setup = session.setup
+    if setup.train_step is None:
+        return LoopDiffOutcome(has_train_step=False)
+    start = {name: q.detach().clone() for name, q in setup.model.named_parameters() if q.requires_grad}
+
+    reference_losses = _reference_loop(ctx, p.steps)
+    reference_unchanged = _unchanged(setup.model, start)
+    session.restore()
+    watch = _UserStepWatch(setup.model, setup.optimizer)
+    user_losses, growth, returned_has_grad = [], [], None
+    params = trainable(setup.model)
+    with watch.installed():
+        for step in range(p.steps):
+            if ctx.out_of_time():
+                break
+            batch = session.batches[step % len(session.batches)]
+            fresh = _fresh_grad_norm(setup, batch, params, session.device)
+            with watch.counting():
+                returned = setup.train_step(setup.model, setup.optimizer, batch)
+            if isinstance(returned, torch.Tensor):
+                returned_has_grad = bool(returned_has_grad) or returned.requires_grad
+            user_losses.append(_as_float(returned))
+            watch.after_step()
+            if step >= p.steps // 2 and fresh > 0:
+                growth.append(grad_norm(params) / fresh)
+            ctx.progress(step + 1, p.steps)
+    user_unchanged = _unchanged(setup.model, start)
+    session.restore()
+
+    sizes = {name: t.numel() for name, t in start.items()}
+    total = sum(sizes.values()) or 1
+    extra = [n for n in user_unchanged if n not in reference_unchanged]
+    grad_growth = float(np.median(growth)) if growth else None
+    return LoopDiffOutcome(
+        has_train_step=True, steps_run=len(user_losses),
+        params_never_changed=user_unchanged,
+        unchanged_fraction=sum(sizes[n] for n in user_unchanged) / total,
+        reference_never_changed=reference_unchanged,
+        extra_unchanged_fraction=sum(sizes[n] for n in extra) / total,
+        grads_accumulate=grad_growth is not None and grad_growth > p.growth_threshold,
+        grad_growth=grad_growth,
+        left_in_eval=watch.eval_forwards > 0,
+        eval_forward_fraction=watch.eval_forwards / watch.forwards if watch.forwards else 0.0,
+        eval_after_step=watch.eval_after_step,
+        optimizer_stepped=watch.optimizer_steps > 0, optimizer_steps=watch.optimizer_steps,
+        loss_detached=bool(params) and not watch.grad_events,
+        returned_loss_has_grad=returned_has_grad,
+        user_losses=user_losses, reference_losses=reference_losses,
+        user_loss_ratio=_loss_ratio(user_losses), reference_loss_ratio=_loss_ratio(reference_losses),
+    )
+
+
+def _reference_loop(ctx: Context, steps: int) -> list[float]:
+    """The reference step (zero_grad, forward, backward, clip as the run, step) without the scheduler:
+    the user's train_step is compared as it is called, one optimizer step per batch."""
+    session = ctx.session
+    setup, device = session.setup, session.device
+    scaler = _grad_scaler(setup, setup.precision, device)
+    params = trainable(setup.model)
+    setup.model.train()
+    losses = []
+    for step in range(steps):
+        if ctx.out_of_time():
+            break
+        batch = session.batches[step % len(session.batches)]
+        loss, _ = _reference_step(setup, batch, setup.precision, setup.grad_clip, scaler, device, params)
+        losses.append(loss)
+    return losses
+
+
+def _fresh_grad_norm(setup, batch: Any, params: list[torch.nn.Parameter], device: torch.device) -> float:
+    """|grad| of the loss on `batch` at the current weights, leaving every `.grad` as it was."""
+    if not params:
+        return 0.0
+    with autocast(setup.precision, device):
+        loss = setup.loss_fn(setup.model, batch)
+    if not loss.requires_grad:
+        return 0.0
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    norms = [g.detach().float().norm() for g in grads if g is not None]
+    return float(torch.stack(norms).norm()) if norms else 0.0
+
+
+class _UserStepWatch:
+    """Counts what happens inside the user's steps: optimizer.step calls, parameter gradients, and the
+    train/eval mode of each forward. Hooks are removed and optimizer.step is put back on exit."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.model, self.optimizer = model, optimizer
+        self.optimizer_steps = self.grad_events = self.forwards = self.eval_forwards = 0
+        self.eval_after_step = False
+        self._active = False
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        # An LR scheduler may already have wrapped optimizer.step on the instance: keep whatever is there.
+        had_own = "step" in vars(self.optimizer)
+        original = self.optimizer.step
+
+        def counted_step(*args, **kwargs):
+            if self._active:
+                self.optimizer_steps += 1
+            return original(*args, **kwargs)
+
+        self.optimizer.step = counted_step
+        handles = [self.model.register_forward_pre_hook(self._on_forward)]
+        handles += [q.register_hook(self._on_grad) for q in self.model.parameters() if q.requires_grad]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+            if had_own:
+                self.optimizer.step = original
+            else:
+                del self.optimizer.step
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        self._active = True
+        try:
+            yield
+        finally:
+            self._active = False
+
+    def after_step(self) -> None:
+        self.eval_after_step = self.eval_after_step or not self.model.training
+
+    def _on_forward(self, module, inputs) -> None:
+        if self._active:
+            self.forwards += 1
+            self.eval_forwards += not module.training
+
+    def _on_grad(self, grad: torch.Tensor) -> None:
+        if self._active:
+            self.grad_events += 1
+
+
+def _unchanged(model: torch.nn.Module, start: dict[str, torch.Tensor]) -> list[str]:
+    with torch.no_grad():
+        return [name for name, q in model.named_parameters() if name in start and torch.equal(q, start[name])]
+
+
+def _as_float(value: Any) -> float:
+    if isinstance(value, (torch.Tensor, int, float)) and not isinstance(value, bool):
+        return loss_value(value)
+    return math.nan  # train_step returned no loss (None, a dict, ...)
+
+
+def _loss_ratio(losses: list[float]) -> Optional[float]:
+    finite = [x for x in losses if math.isfinite(x)]
+    if len(finite) < 2:
+        return None
+    k = max(1, len(finite) // 5)
+    first, last = float(np.median(finite[:k])), float(np.median(finite[-k:]))
+    return last / first if first > 0 else None
+
+
+LOOP_DIFF = Experiment(
+    name="loop_diff",
+    summary="Runs the user's train_step and the reference loop from the same snapshot on the same batches "
+            "and compares what each does to the weights, gradients, mode and optimizer.",
+    params=LoopDiffParams,
+    outcome=LoopDiffOutcome,
+    measure=measure,
+)

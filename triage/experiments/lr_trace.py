@@ -1,0 +1,103 @@
+"""The learning-rate schedule, traced from step 0 past the checkpoint, and where the run stands on it."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Optional
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.training import current_lr
+
+MAX_POINTS = 500  # the trace is subsampled to this many points: enough for a plot and a peak
+
+
+class LrTraceParams(Params):
+    horizon_factor: float = Field(default=3.0, gt=1, description="Without total_steps: trace to this many "
+                                                                  "times the checkpoint's step.")
+    min_steps: int = Field(default=100, ge=1, description="Trace at least this many steps.")
+    max_steps: int = Field(default=200_000, ge=1, description="Trace at most this many steps.")
+
+
+class LrTraceOutcome(Outcome):
+    has_scheduler: bool
+    metric_driven: bool = Field(default=False, description="ReduceLROnPlateau: the LR follows a metric.")
+    steps: list[int] = Field(default_factory=list, description="Steps traced (subsampled).")
+    lrs: list[float] = Field(default_factory=list, description="LR of param group 0 at those steps.")
+    checkpoint_step: Optional[int] = Field(default=None, description="Where the run stopped on the schedule.")
+    lr_now: float = Field(description="The optimizer's LR at the checkpoint.")
+    lr_peak: float = Field(description="The highest LR of the schedule (or lr_now, if higher).")
+    lr_now_ratio: float = Field(description="lr_now / lr_peak: ~0 is a schedule that has decayed away.")
+    lr_end: Optional[float] = Field(default=None, description="The LR at the end of the trace.")
+    horizon: int = Field(description="Steps the trace was meant to cover.")
+    truncated: bool = Field(default=False, description="The schedule ended early or time ran out.")
+
+
+def measure(ctx: Context, p: LrTraceParams) -> LrTraceOutcome:
+    session = ctx.session
+    setup = session.setup
+    lr_now = current_lr(setup.optimizer)
+    checkpoint_step = _checkpoint_step(ctx)
+    horizon = setup.total_steps or max(p.min_steps, int(p.horizon_factor * (checkpoint_step or 0)))
+    horizon = min(horizon, p.max_steps)
+    if setup.scheduler is None:
+        return LrTraceOutcome(has_scheduler=False, steps=[0, horizon], lrs=[lr_now, lr_now],
+                              checkpoint_step=checkpoint_step, lr_now=lr_now, lr_peak=lr_now,
+                              lr_now_ratio=1.0 if lr_now > 0 else 0.0, lr_end=lr_now, horizon=horizon)
+    # The schedule is a function of the step: a fresh setup() replays it from step 0 on its own
+    # optimizer, and the run's real scheduler and optimizer are never touched.
+    fresh = session.fresh_setup()
+    optimizer, scheduler = fresh.optimizer, fresh.scheduler
+    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        # Driven by a metric, not the step: no trace, but the LR it started from is its peak.
+        peak = max(current_lr(optimizer), lr_now)
+        return LrTraceOutcome(has_scheduler=True, metric_driven=True, steps=[0], lrs=[current_lr(optimizer)],
+                              checkpoint_step=checkpoint_step, lr_now=lr_now, lr_peak=peak,
+                              lr_now_ratio=lr_now / peak if peak > 0 else 0.0, horizon=horizon)
+    lrs, truncated = [], False
+    with warnings.catch_warnings():
+        # "lr_scheduler.step() before optimizer.step()": true here, and the point.
+        warnings.simplefilter("ignore", UserWarning)
+        for step in range(horizon + 1):
+            lrs.append(current_lr(optimizer))
+            if step == horizon:
+                break
+            if step % 1000 == 0 and ctx.out_of_time():
+                truncated = True
+                break
+            try:
+                scheduler.step()
+            except ValueError:  # OneCycleLR refuses to step past its total_steps: the schedule ended
+                truncated = True
+                break
+    peak = max(max(lrs), lr_now)
+    keep = np.unique(np.linspace(0, len(lrs) - 1, min(len(lrs), MAX_POINTS)).round().astype(int))
+    if checkpoint_step is not None and checkpoint_step < len(lrs):
+        keep = np.union1d(keep, [checkpoint_step])
+    return LrTraceOutcome(
+        has_scheduler=True, steps=[int(i) for i in keep], lrs=[float(lrs[i]) for i in keep],
+        checkpoint_step=checkpoint_step, lr_now=lr_now, lr_peak=peak,
+        lr_now_ratio=lr_now / peak if peak > 0 else 0.0, lr_end=lrs[-1], horizon=horizon, truncated=truncated,
+    )
+
+
+def _checkpoint_step(ctx: Context) -> Optional[int]:
+    """The checkpoint's step, else how many times the scheduler has stepped."""
+    checkpoint = ctx.session.checkpoint
+    if checkpoint is not None and checkpoint.step is not None:
+        return int(checkpoint.step)
+    last_epoch = getattr(ctx.session.setup.scheduler, "last_epoch", None)
+    return int(last_epoch) if isinstance(last_epoch, int) and last_epoch >= 0 else None
+
+
+LR_TRACE = Experiment(
+    name="lr_trace",
+    summary="Traces the scheduler's learning rate from step 0 past the checkpoint and compares "
+            "the LR now with the schedule's peak.",
+    params=LrTraceParams,
+    outcome=LrTraceOutcome,
+    measure=measure,
+)

@@ -1,0 +1,72 @@
+"""What the model outputs: raw scores, probabilities or log-probabilities, and how far the loss is from
+the floor a cross-entropy on probabilities can reach (the double-softmax bug)."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from pydantic import Field
+
+from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.probes import mean_loss, model_output
+
+
+class OutputCheckParams(Params):
+    batches: int = Field(default=4, ge=1, description="Look at the outputs of the first N snapshot batches.")
+    tolerance: Optional[float] = Field(
+        default=None, gt=0, description="How far row sums may be from 1; None: 1e-3 in fp32, 1e-2 under "
+                                        "bf16/fp16 autocast (their softmax rounds at ~4e-3).")
+
+
+class OutputCheckOutcome(Outcome):
+    has_output: bool = Field(description="A floating output of dim >= 2 was seen.")
+    output_dim: Optional[int] = Field(default=None, description="The output's last dim (K for a classifier).")
+    output_min: Optional[float] = None
+    output_max: Optional[float] = None
+    looks_like_probabilities: bool = Field(default=False, description="In [0, 1], rows sum to 1.")
+    looks_like_log_probabilities: bool = Field(default=False, description="<= 0, rows' logsumexp is 0.")
+    loss_checkpoint: Optional[float] = Field(default=None, description="Mean loss over those batches.")
+    probability_ce_floor: Optional[float] = Field(
+        default=None, description="ln(e + K - 1) - 1: the lowest cross-entropy reachable when the scores "
+                                  "fed to it are probabilities (a perfect one-hot still leaves this).")
+    loss_floor_ratio: Optional[float] = Field(
+        default=None, description="loss_checkpoint / probability_ce_floor: ~1 or above with probability "
+                                  "outputs is a loss that cannot go lower.")
+
+
+def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
+    session = ctx.session
+    setup, device = session.setup, session.device
+    batches = session.batches[:p.batches]
+    outputs = [o for o in (model_output(setup, b, device) for b in batches) if o is not None]
+    loss = mean_loss(setup, batches, device)
+    session.restore()  # the forwards may have moved BatchNorm statistics
+    if not outputs:
+        return OutputCheckOutcome(has_output=False, loss_checkpoint=loss)
+    k = int(outputs[0].shape[-1])
+    rows = torch.cat([o.reshape(-1, o.shape[-1]) for o in outputs if o.shape[-1] == k])  # (N, K)
+    tol = p.tolerance or (1e-3 if setup.precision == "fp32" else 1e-2)
+    finite = bool(torch.isfinite(rows).all())
+    probabilities = finite and k >= 2 and bool(
+        (rows >= -tol).all() and (rows <= 1 + tol).all() and ((rows.sum(-1) - 1).abs() <= tol).all())
+    log_probabilities = finite and k >= 2 and bool(
+        (rows <= tol).all() and (torch.logsumexp(rows, -1).abs() <= tol).all())
+    floor = math.log(math.e + k - 1) - 1 if k >= 2 else None
+    return OutputCheckOutcome(
+        has_output=True, output_dim=k, output_min=float(rows.min()), output_max=float(rows.max()),
+        looks_like_probabilities=probabilities, looks_like_log_probabilities=log_probabilities,
+        loss_checkpoint=loss, probability_ce_floor=floor,
+        loss_floor_ratio=loss / floor if floor and math.isfinite(loss) else None,
+    )
+
+
+OUTPUT_CHECK = Experiment(
+    name="output_check",
+    summary="Looks at what the model outputs (scores, probabilities or log-probabilities) and how close "
+            "the loss sits to the floor a cross-entropy on probabilities cannot go below.",
+    params=OutputCheckParams,
+    outcome=OutputCheckOutcome,
+    measure=measure,
+)

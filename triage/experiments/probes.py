@@ -1,0 +1,107 @@
+"""Read-only probes shared by the instrument experiments: what the model outputs, which tensor of a
+batch holds class labels, which holds the inputs, the mean loss over a few batches.
+
+None of these steps an optimizer. A forward in train mode may update BatchNorm running statistics:
+experiments that probe the checkpoint's model call `session.restore()` when they are done.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from triage.contract import Setup
+from triage.experiments.training import autocast, loss_value, named_tensors
+
+# Torch's own default for ignored targets (F.cross_entropy, nn.NLLLoss): padding, not a class.
+IGNORE_INDEX = -100
+
+
+class _Captured(Exception):
+    """Raised by the output hook to stop the loss function once the model's output is in hand."""
+
+
+def first_floating(value: Any, min_dim: int = 2) -> Optional[torch.Tensor]:
+    """The first floating tensor with at least `min_dim` dims in a (nested) model output."""
+    if isinstance(value, torch.Tensor):
+        return value if value.is_floating_point() and value.dim() >= min_dim else None
+    if isinstance(value, dict):
+        value = list(value.values())
+    elif hasattr(value, "to_tuple"):  # Hugging Face ModelOutput
+        value = value.to_tuple()
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = first_floating(item, min_dim)
+            if found is not None:
+                return found
+    return None
+
+
+@torch.no_grad()
+def model_output(setup: Setup, batch: Any, device: torch.device) -> Optional[torch.Tensor]:
+    """The model's output on `batch` (the logits, for a classifier), detached, in fp32.
+
+    The forward is driven through the user's `loss_fn` (only it knows how to call the model); a hook on
+    the top module takes the first floating output of dim >= 2 and stops the call there, so a loss
+    that would fail on these outputs (labels out of range, say) is never reached.
+    None when the loss function never calls the model's forward.
+    """
+    captured: list[torch.Tensor] = []
+
+    def hook(module, inputs, output):
+        tensor = first_floating(output)
+        if tensor is not None:
+            captured.append(tensor.detach().float())
+            raise _Captured
+
+    handle = setup.model.register_forward_hook(hook)
+    try:
+        with autocast(setup.precision, device):
+            setup.loss_fn(setup.model, batch)
+    except _Captured:
+        pass
+    finally:
+        handle.remove()
+    return captured[0] if captured else None
+
+
+def class_targets(batch: Any) -> Optional[torch.Tensor]:
+    """The integer class labels of a batch: its last integer tensor (bools are masks, not labels)."""
+    found = None
+    for _, tensor in named_tensors(batch):
+        if not tensor.is_floating_point() and not tensor.is_complex() and tensor.dtype != torch.bool:
+            found = tensor
+    return found
+
+
+def input_tensor(batch: Any, floating: bool = False) -> Optional[torch.Tensor]:
+    """The example inputs of a batch: its first tensor of dim >= 1 that is not the labels.
+
+    With `floating`, the first floating tensor (inputs in a space where distances mean something).
+    """
+    targets = class_targets(batch)
+    for _, tensor in named_tensors(batch):
+        if tensor.dim() == 0 or tensor is targets:
+            continue
+        if floating and not tensor.is_floating_point():
+            continue
+        return tensor
+    if not floating and targets is not None and targets.dim() >= 1:
+        return targets  # a batch of token ids alone: the ids are the inputs
+    return None
+
+
+@torch.no_grad()
+def mean_loss(setup: Setup, batches: list[Any], device: torch.device) -> float:
+    """The loss averaged over `batches`, no gradient, under the run's autocast."""
+    with autocast(setup.precision, device):
+        values = [loss_value(setup.loss_fn(setup.model, b)) for b in batches]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def linear_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """Every Linear and Conv module (the layers whose init sets the activation scale)."""
+    kinds = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, kinds)]
