@@ -71,7 +71,7 @@ def _batches(zero_row_in: int | None, n: int = 4) -> list:
 
 
 def _mse(model, batch):
-    return F.mse_loss(model(batch[0]), batch[1])
+    return F.mse_loss(model(batch[0]), batch[1])  # mse-loss
 
 
 def _context(model: nn.Module, batches: list, loss_fn=_mse) -> Context:
@@ -165,11 +165,33 @@ def test_a_loss_function_nan_names_the_op_and_no_module():
     assert out.source.endswith(f"test_exp_locate.py:{_line_of('log-of-zero')}")
 
 
-@pytest.mark.parametrize("anomaly", [True, False])
-def test_a_healthy_run_finds_nothing(anomaly):
+@pytest.mark.parametrize("anomaly, precision", [(True, None), (False, None), (True, "bf16")])
+def test_a_healthy_run_finds_nothing(anomaly, precision):
     model = Net([UnitNorm(eps=1e-6), UnitNorm(eps=1e-6)])
     ctx = _context(model, _batches(zero_row_in=2))
-    out = LOCATE_NONFINITE.measure(ctx, LocateParams(steps=12, anomaly=anomaly))
+    out = LOCATE_NONFINITE.measure(ctx, LocateParams(steps=12, anomaly=anomaly, precision=precision))
     assert not out.found and out.steps_run == 12
     assert out.step is None and out.module is None and out.op is None and out.source is None
     _assert_clean(model)
+
+
+def test_a_diverging_run_is_followed_to_the_op_that_overflows():
+    model = Net([UnitNorm(eps=1e-6), UnitNorm(eps=1e-6)])
+    ctx = _context(model, _batches(zero_row_in=None))
+    assert not LOCATE_NONFINITE.measure(ctx, LocateParams(steps=40)).found
+    ctx.session.restore()
+    out = LOCATE_NONFINITE.measure(ctx, LocateParams(steps=40, lr_scale=1e4))
+    assert out.found and out.step > 0 and out.stage == "forward" and not out.loss_finite
+    assert out.op == "nn.functional.mse_loss"  # the squared error of a huge output overflows
+    assert out.source.endswith(f"test_exp_locate.py:{_line_of('mse-loss')}")
+    assert out.nonfinite_parameters == []
+
+
+def test_a_weight_that_is_already_infinite_is_reported_as_such():
+    model = Net([UnitNorm(eps=1e-6), UnitNorm(eps=1e-6)])
+    with torch.no_grad():
+        model.blocks[0].lin.weight[0, 0] = float("inf")
+    out = LOCATE_NONFINITE.measure(_context(model, _batches(zero_row_in=None)), LocateParams(steps=3))
+    assert out.found and out.step == 0 and out.module == "blocks.0.lin" and out.inputs_finite
+    assert out.nonfinite_parameters == ["blocks.0.lin.weight"]
+    assert out.op is None  # no op made it: F.linear was handed the Inf

@@ -67,7 +67,8 @@ class LocateOutcome(Outcome):
     step: Optional[int] = Field(default=None, description="That step (0-based, as replay counts).")
     steps_run: int = 0
     truncated: bool = Field(default=False, description="Stopped by the time budget before finding one.")
-    stage: Optional[str] = Field(default=None, description='"forward" or "backward": where it first appears.')
+    stage: Optional[str] = Field(default=None, description='"forward" or "backward": where it first appears '
+                                                           "(None: the step did not repeat its failure).")
     forward_module: Optional[str] = Field(default=None, description="First module creating a non-finite output.")
     forward_module_type: Optional[str] = None
     backward_module: Optional[str] = Field(
@@ -81,6 +82,9 @@ class LocateOutcome(Outcome):
     inputs_finite: Optional[bool] = Field(
         default=None, description="The culprit's inputs (forward) or incoming gradients (backward) were finite.")
     loss_finite: bool = Field(default=True, description="The loss of the failing step was finite.")
+    nonfinite_parameters: list[str] = Field(
+        default_factory=list, description="Parameters already non-finite before the failing step "
+                                          "(an earlier optimizer update overflowed them).")
 
 
 def measure(ctx: Context, p: LocateParams) -> LocateOutcome:
@@ -153,11 +157,18 @@ class _PreStep:
 
 
 def _bisect_step(setup, batch, precision, device, before: _PreStep, step: int, anomaly: bool) -> LocateOutcome:
+    bad_params = [name for name, q in setup.model.named_parameters() if not _all_finite(q)]
     probe = _probe(setup, batch, precision, device)
     before.restore(model=setup.model)
     forward = probe.forward_culprit()
-    stage = "forward" if forward is not None or not probe.loss_finite else "backward"
     backward_node = probe.backward.first if probe.backward else None
+    if forward is not None or not probe.loss_finite:
+        stage = "forward"
+    elif backward_node is not None:
+        stage = "backward"
+    else:  # a non-deterministic kernel, say: the instrumented pass of the same step stayed finite
+        log.warning("step %d went non-finite but did not when repeated with hooks; nothing located", step)
+        stage = None
     backward_module = probe.module_of(backward_node.node) if backward_node else None
     op = anomaly_op = frame = None
     if stage == "forward":
@@ -175,7 +186,7 @@ def _bisect_step(setup, batch, precision, device, before: _PreStep, step: int, a
         module = forward.name if forward else None
         inputs_finite = forward.inputs_finite if forward else None
     else:
-        module, inputs_finite = backward_module, (True if backward_node else None)
+        module, inputs_finite = backward_module, (True if stage else None)
     return LocateOutcome(
         found=True, step=step, steps_run=step + 1, stage=stage,
         forward_module=forward.name if forward else None,
@@ -184,7 +195,7 @@ def _bisect_step(setup, batch, precision, device, before: _PreStep, step: int, a
         source=_display_path(frame[0], frame[1]) if frame else None,
         source_line=_line(frame[0], frame[1]) if frame else None,
         source_context=_context(frame[0], frame[1]) if frame else [],
-        inputs_finite=inputs_finite, loss_finite=probe.loss_finite,
+        inputs_finite=inputs_finite, loss_finite=probe.loss_finite, nonfinite_parameters=bad_params,
     )
 
 
