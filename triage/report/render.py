@@ -18,7 +18,7 @@ import pydantic
 from triage.errors import ReportError
 from triage.report import flowchart
 from triage.report.model import SCHEMA_VERSION, Report
-from triage.report.views import build_views, describe_change, format_figure, summary_views
+from triage.report.views import build_views, describe_change, format_figure, measured, summary_views
 
 __all__ = ["format_figure", "read_report", "render_html", "render_markdown", "write_report"]
 
@@ -31,7 +31,8 @@ def _environment(autoescape: bool) -> jinja2.Environment:
         autoescape=autoescape, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters.update(fig=format_figure, change=describe_change, md=markdown_text, code=markdown_code)
+    env.filters.update(fig=format_figure, change=describe_change, measured_of=measured, md=markdown_text,
+                       code=markdown_code, codeblock=markdown_block)
     return env
 
 
@@ -91,3 +92,10 @@ def markdown_code(value) -> str:
     fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def markdown_block(value) -> str:
+    """A fenced code block whose fence is longer than any backtick run inside."""
+    text = str(value)
+    fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence}\n{text}\n{fence}"

@@ -1,0 +1,280 @@
+"""Small SVG plots for the report, from plain lists and dicts (never torch).
+
+Each function returns an `<svg>` element as a string, ready to inline in HTML: no XML header, no
+metadata, text kept as <text> (matplotlib escapes it) in the page's own font, deterministic ids
+(the same data gives the same bytes, so a re-render from report.json gives the same page).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+from matplotlib import ticker  # noqa: E402
+
+BASELINE = "#6b7280"
+INTERVENTION = "#2563eb"
+GOOD = "#059669"
+BAD = "#dc2626"
+ACCENT = "#d97706"
+PALETTE = ["#2563eb", "#059669", "#d97706", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#9333ea"]
+
+_MAX_POINTS = 600  # a line longer than this is reduced to a min/max envelope: spikes stay visible
+_STYLE = {
+    "svg.fonttype": "none",  # text stays text: small, selectable, in the page's font
+    "text.parse_math": False,  # a module name with '$' is a name, not TeX
+    "text.usetex": False,
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],  # matplotlib's bundled font: metrics only, the page's font draws
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.edgecolor": "#9ca3af",
+    "axes.labelcolor": "#374151",
+    "axes.titlesize": 9.5,
+    "axes.titleweight": "bold",
+    "axes.titlelocation": "left",
+    "axes.grid": True,
+    "grid.color": "#e5e7eb",
+    "grid.linewidth": 0.6,
+    "xtick.color": "#4b5563",
+    "ytick.color": "#4b5563",
+    "legend.frameon": False,
+    "legend.fontsize": 8.5,
+    "lines.linewidth": 1.5,
+}
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line: a label, y values per step (NaN/inf allowed), and how to draw it."""
+
+    label: str
+    values: Sequence[Any]
+    steps: Optional[Sequence[Any]] = None
+    color: str = INTERVENTION
+    first_nonfinite: Optional[int] = None
+    dashed: bool = False
+    emphasis: bool = True
+
+
+def number(value: Any) -> float:
+    """A float from a value as report.json carries it: NaN and inf arrive as strings."""
+    if isinstance(value, bool) or value is None:
+        return math.nan
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("nan", "inf", "+inf", "infinity", "+infinity", "-inf", "-infinity"):
+            return float(text.replace("infinity", "inf"))
+        try:
+            return float(text)
+        except ValueError:
+            return math.nan
+    return math.nan
+
+
+def numbers(values: Iterable[Any]) -> list[float]:
+    return [number(v) for v in values or []]
+
+
+def loss_curves(series: Sequence[Series], title: str = "Training loss per step",
+                ylabel: str = "loss", wide: bool = False) -> Optional[str]:
+    """Several loss curves on one axis; log scale when they span decades; the first non-finite
+    step of each marked. `wide`: a full-width figure."""
+    return _lines(series, title, ylabel, log_ratio=30.0, size=(10.0, 3.0) if wide else (6.4, 2.7))
+
+
+def grad_norm_curves(series: Sequence[Series], title: str = "Gradient norm per step (before clipping)",
+                     clip: Optional[float] = None) -> Optional[str]:
+    return _lines(series, title, "global grad norm", log_ratio=20.0,
+                  hline=(clip, f"clip {clip:g}") if clip else None)
+
+
+def lr_schedule(lrs: Sequence[Any], steps: Optional[Sequence[Any]] = None, checkpoint_step: Optional[int] = None,
+                title: str = "Learning rate schedule") -> Optional[str]:
+    """The LR per step with the checkpoint's step marked."""
+    ys = numbers(lrs)
+    if not ys:
+        return None
+    xs = numbers(steps) if steps and len(steps) == len(ys) else list(range(len(ys)))
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=(6.4, 2.4))
+        ax.plot(xs, ys, color=INTERVENTION)
+        finite = [y for y in ys if math.isfinite(y)]
+        if finite and min(finite) > 0 and max(finite) / min(finite) > 1e3:
+            _log(ax, "y")
+        if checkpoint_step is not None:
+            at = _value_at(xs, ys, checkpoint_step)
+            ax.axvline(checkpoint_step, color=BAD, linestyle="--", linewidth=1)
+            label = f"checkpoint (step {checkpoint_step}): lr {at:.3g}" if at is not None else \
+                f"checkpoint (step {checkpoint_step})"
+            ax.annotate(label, xy=(checkpoint_step, 1), xycoords=("data", "axes fraction"),
+                        xytext=(4, -10), textcoords="offset points", color=BAD, fontsize=8.5)
+            if at is not None:
+                ax.plot([checkpoint_step], [at], "o", color=BAD, markersize=4)
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+        ax.set_xlabel("step")
+        ax.set_ylabel("learning rate")
+        ax.set_title(title)
+        _margins(fig, left_pt=62, right_pt=12)
+        return _svg(fig, "lr")
+
+
+def layer_bars(items: Sequence[tuple[str, Any]], title: str, xlabel: str, *, log: bool = False,
+               limit: Optional[tuple[float, float]] = None, highlight_above: Optional[float] = None) -> Optional[str]:
+    """One horizontal bar per layer (names read down the left), in model order."""
+    rows = [(str(name), number(value)) for name, value in items]
+    if not rows:
+        return None
+    rows = rows[:60]
+    names = [_shorten(n, 42) for n, _ in rows]
+    values = [v if math.isfinite(v) else math.nan for _, v in rows]
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.22 * len(rows)))
+        positive = [v for v in values if v == v and v > 0]
+        use_log = log and len(positive) == len([v for v in values if v == v]) and positive and \
+            max(positive) / min(positive) > 10
+        colors = [BAD if highlight_above is not None and v == v and v > highlight_above else INTERVENTION
+                  for v in values]
+        y = list(range(len(rows)))
+        left = min(positive) / 3 if use_log else 0
+        ax.barh(y, [v - left if v == v else 0 for v in values], left=left, color=colors, height=0.65)
+        for yi, (v, raw) in enumerate(zip(values, rows)):
+            if v != v:
+                ax.annotate(f"{raw[1]}", xy=(left, yi), xytext=(3, 0), textcoords="offset points",
+                            va="center", color=BAD, fontsize=8)
+        ax.set_yticks(y, names)
+        ax.invert_yaxis()
+        ax.grid(axis="y", visible=False)
+        if use_log:
+            _log(ax, "x")
+        if limit:
+            ax.set_xlim(*limit)
+        ax.set_xlabel(xlabel)
+        ax.set_title(title)
+        _margins(fig, left_pt=14 + 5.2 * max(len(n) for n in names), right_pt=14, bottom_pt=32, top_pt=20)
+        return _svg(fig, f"bars-{title}")
+
+
+def _lines(series: Sequence[Series], title: str, ylabel: str, log_ratio: float,
+           hline: Optional[tuple[float, str]] = None, size: tuple[float, float] = (6.4, 2.7)) -> Optional[str]:
+    drawn = [s for s in series if s.values]
+    if not drawn:
+        return None
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=size)
+        everything: list[float] = []
+        for s in drawn:
+            ys = numbers(s.values)
+            xs = numbers(s.steps) if s.steps is not None and len(s.steps) == len(ys) else list(range(len(ys)))
+            xs, ys = _envelope(xs, ys)
+            shown = [y if math.isfinite(y) else math.nan for y in ys]
+            everything += [y for y in shown if y == y]
+            ax.plot(xs, shown, color=s.color, label=s.label, linestyle="--" if s.dashed else "-",
+                    linewidth=1.8 if s.emphasis else 1.2, alpha=1.0 if s.emphasis else 0.85,
+                    marker="o" if len(xs) <= 3 else None, markersize=3)
+            if s.first_nonfinite is not None:
+                ax.axvline(s.first_nonfinite, color=s.color, linestyle=":", linewidth=1.2)
+                ax.annotate(f"non-finite at step {s.first_nonfinite}", xy=(s.first_nonfinite, 1),
+                            xycoords=("data", "axes fraction"), xytext=(-4, -10), textcoords="offset points",
+                            ha="right", color=BAD, fontsize=8.5)
+                ax.plot([s.first_nonfinite], [1], marker="x", color=BAD, markersize=7, mew=2,
+                        transform=ax.get_xaxis_transform(), clip_on=False)
+        labels = [s.label for s in drawn] + ([hline[1]] if hline is not None else [])
+        legend_pt = 0.0
+        if len(labels) > 1:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+            legend_pt = 34 + 5.0 * max(len(label) for label in labels)
+        _margins(fig, left_pt=58, right_pt=10 + legend_pt)
+        if hline is not None:
+            ax.axhline(hline[0], color=ACCENT, linestyle="--", linewidth=1, label=hline[1])
+        positive = [y for y in everything if y > 0]
+        if positive and len(positive) == len(everything) and max(positive) / min(positive) > log_ratio:
+            _log(ax, "y")
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        return _svg(fig, f"lines-{title}-{'|'.join(s.label for s in drawn)}")
+
+
+def _margins(fig, left_pt: float, right_pt: float, bottom_pt: float = 30, top_pt: float = 18) -> None:
+    """Fixed margins in points (tight_layout would draw the figure a second time: twice the cost)."""
+    width, height = fig.get_figwidth() * 72, fig.get_figheight() * 72
+    fig.subplots_adjust(left=left_pt / width, right=1 - right_pt / width, bottom=bottom_pt / height,
+                        top=1 - top_pt / height)
+
+
+def _log(ax, which: str) -> None:
+    """A log axis with plain tick labels (1000, 0.01): matplotlib's default ones are TeX, kept off here."""
+    getattr(ax, f"set_{which}scale")("log")
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _envelope(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
+    """Keep at most _MAX_POINTS points: each bucket's min and max, so a one-step spike survives."""
+    if len(ys) <= _MAX_POINTS:
+        return xs, ys
+    size = math.ceil(len(ys) / (_MAX_POINTS // 2))
+    out_x, out_y = [], []
+    for i in range(0, len(ys), size):
+        bucket = list(range(i, min(i + size, len(ys))))
+        finite = [j for j in bucket if math.isfinite(ys[j])]
+        if not finite:
+            out_x.append(xs[bucket[0]])
+            out_y.append(math.nan)
+            continue
+        lo, hi = min(finite, key=ys.__getitem__), max(finite, key=ys.__getitem__)
+        for j in sorted({lo, hi}):
+            out_x.append(xs[j])
+            out_y.append(ys[j])
+    return out_x, out_y
+
+
+def _value_at(xs: Sequence[float], ys: Sequence[float], x: float) -> Optional[float]:
+    pairs = [(abs(a - x), b) for a, b in zip(xs, ys) if math.isfinite(b)]
+    if not pairs:
+        return None
+    distance, value = min(pairs, key=lambda p: p[0])
+    return value if distance <= 1 else None
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+_HEADER = re.compile(r"^.*?(?=<svg)", re.S)
+_METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.S)
+_SIZE = re.compile(r'(<svg[^>]*?) width="[\d.]+pt" height="[\d.]+pt"')
+_FONT = re.compile(r"font-family: [^;\"]+")
+_PATH_DATA = re.compile(r'(\sd=")([^"]*)(")')
+_LONG_DECIMAL = re.compile(r"(\d+\.\d{2})\d+")
+
+
+def _svg(fig, key: str) -> str:
+    """The figure as an inline <svg>: it scales to its container's width."""
+    buffer = io.StringIO()
+    # A salt per figure keeps ids (clip paths, markers) unique across the page yet stable across renders.
+    with plt.rc_context({"svg.hashsalt": f"triage-{key}"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    text = _HEADER.sub("", buffer.getvalue(), count=1)
+    text = _METADATA.sub("", text, count=1)
+    # No fixed size: it scales to its container, up to its natural width (pt to CSS px).
+    natural = round(fig.get_figwidth() * 96)
+    text = _SIZE.sub(rf'\1 class="plot" role="img" style="max-width: {natural}px"', text, count=1)
+    text = _FONT.sub("font-family: inherit", text)
+    # Path coordinates to 0.01 pt: a third of the bytes, no visible difference.
+    text = _PATH_DATA.sub(lambda m: m.group(1) + _LONG_DECIMAL.sub(r"\1", m.group(2)) + m.group(3), text)
+    return text.strip()
