@@ -229,3 +229,18 @@ class TopicTransformer(torch.nn.Module):
     def forward(self, tokens):
         h = self.encoder(self.embed(tokens) + self.pos[: tokens.shape[1]])  # (B, T, dim)
         return self.head(h.mean(1))
+
+
+class DigitsCNN(torch.nn.Module):
+    """Two conv blocks with BatchNorm, then a linear head: (B, 1, 8, 8) images -> (B, 10) logits."""
+
+    def __init__(self, channels: int = 16):
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            torch.nn.Conv2d(1, channels, 3, padding=1), torch.nn.BatchNorm2d(channels), torch.nn.ReLU(),
+            torch.nn.Conv2d(channels, 2 * channels, 3, padding=1), torch.nn.BatchNorm2d(2 * channels),
+            torch.nn.ReLU(), torch.nn.MaxPool2d(2))
+        self.head = torch.nn.Linear(2 * channels * 4 * 4, 10)
+
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))  # features: (B, 2C, 4, 4)
