@@ -195,3 +195,43 @@ def test_a_weight_that_is_already_infinite_is_reported_as_such():
     assert out.found and out.step == 0 and out.module == "blocks.0.lin" and out.inputs_finite
     assert out.nonfinite_parameters == ["blocks.0.lin.weight"]
     assert out.op is None  # no op made it: F.linear was handed the Inf
+
+
+class MaskedAttention(nn.Module):
+    def __init__(self, width: int = 16):
+        super().__init__()
+        self.qkv, self.out = nn.Linear(width, 3 * width), nn.Linear(width, width)
+
+    def forward(self, x, pad):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = (q @ k.transpose(1, 2)).masked_fill(pad[:, None, :], float("-inf"))  # a -inf mask is routine
+        return self.out(torch.softmax(scores, dim=-1) @ v)  # attention-softmax
+
+
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.attn, self.head = nn.Embedding(20, 16), MaskedAttention(), nn.Linear(16, 20)
+
+    def forward(self, ids, pad):
+        return self.head(self.attn(self.emb(ids), pad))
+
+
+def test_softmax_over_a_fully_masked_row_is_named_not_the_mask():
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for i in range(3):
+        pad = torch.zeros(4, 6, dtype=torch.bool)
+        pad[:, -1] = True  # every sequence has one padded position: -inf scores every step
+        if i == 1:
+            pad[2] = True  # one sequence entirely padding: its softmax row is all -inf
+        batches.append({"ids": torch.randint(0, 20, (4, 6), generator=g), "pad": pad})
+    model = TinyLM()
+    ctx = _context(model, batches, loss_fn=lambda m, b: F.cross_entropy(
+        m(b["ids"], b["pad"]).reshape(-1, 20), b["ids"].reshape(-1)))
+    out = LOCATE_NONFINITE.measure(ctx, LocateParams(steps=6))
+    assert out.found and out.step == 1 and out.stage == "forward"
+    assert out.module == "attn" and out.forward_module_type == "MaskedAttention"
+    assert out.op == "softmax"
+    assert out.source.endswith(f"test_exp_locate.py:{_line_of('attention-softmax')}")
+    _assert_clean(model)

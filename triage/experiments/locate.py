@@ -52,6 +52,7 @@ ROOT = "(model)"  # how the model itself is named when it is the culprit (named_
 MAX_CREATORS = 64  # non-finite-creating ops kept from one forward: the first ones are what matters
 _ANOMALY_ERROR = re.compile(r"Function '(\w+)' returned nan values")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+_Kinds = tuple[bool, bool]  # (holds a NaN, holds an Inf)
 
 
 class LocateParams(Params):
@@ -207,8 +208,12 @@ class _Call:
 
     name: str
     kind: str
-    inputs_finite: bool
-    output_finite: bool = True
+    inputs: _Kinds
+    output: _Kinds = (False, False)
+
+    @property
+    def inputs_finite(self) -> bool:
+        return not any(self.inputs)
 
 
 class _ForwardWatch:
@@ -225,12 +230,12 @@ class _ForwardWatch:
 
     def _enter(self, name: str):
         def hook(module, args, kwargs):
-            self.stack.append(_Call(name, type(module).__name__, _all_finite((args, kwargs))))
+            self.stack.append(_Call(name, type(module).__name__, _nonfinite_kinds((args, kwargs))))
         return hook
 
     def _leave(self, module, args, kwargs, output):
         call = self.stack.pop()
-        call.output_finite = _all_finite(output)
+        call.output = _nonfinite_kinds(output)
         self.calls.append(call)
 
     def current(self) -> Optional[str]:
@@ -265,16 +270,19 @@ class _OpRecorder(TorchFunctionMode):
         for tensor in _tensors(out):
             if tensor.grad_fn is not None:
                 self.node_module.setdefault(tensor.grad_fn, module)
-        if len(self.creators) < MAX_CREATORS and not _all_finite(out) and _all_finite((args, kwargs)):
+        if len(self.creators) < MAX_CREATORS and _creates(_nonfinite_kinds((args, kwargs)), _nonfinite_kinds(out)):
             name = resolve_name(func) or getattr(func, "__name__", repr(func))
             self.creators.append(_Creator(name.removeprefix("torch."), module,
                                           _user_frame(traceback.extract_stack())))
         return out
 
     def creator_in(self, module: Optional[str]) -> Optional[_Creator]:
-        """The first creating op run directly by `module`; else the first anywhere."""
-        inside = [c for c in self.creators if c.module == module]
-        return (inside or self.creators or [None])[0]
+        """The first creating op run directly by `module` (None: outside every module, in loss_fn).
+
+        Only there: a module creates a non-finite output either in its own code or, through its
+        parameters, in no op at all (an Inf weight handed to F.linear); an op elsewhere is not its cause.
+        """
+        return next((c for c in self.creators if c.module == module), None)
 
 
 @dataclass
@@ -329,8 +337,8 @@ class _Probe:
     backward: Optional[_BackwardWatch]
 
     def forward_culprit(self) -> Optional[_Call]:
-        bad = [c for c in self.watch.calls if not c.output_finite]
-        created = [c for c in bad if c.inputs_finite]
+        bad = [c for c in self.watch.calls if any(c.output)]
+        created = [c for c in bad if _creates(c.inputs, c.output)]
         return (created or bad or [None])[0]
 
     def module_of(self, node: Any) -> Optional[str]:
@@ -412,6 +420,37 @@ def _tensors(obj: Any) -> Iterator[torch.Tensor]:
     elif isinstance(obj, (list, tuple)):
         for value in obj:
             yield from _tensors(value)
+
+
+def _nonfinite_kinds(obj: Any) -> _Kinds:
+    """Whether a (nested) value holds a NaN, and whether it holds an Inf (tensors and Python floats)."""
+    if _all_finite(obj):
+        return False, False
+    nan = inf = False
+    for value in _values(obj):
+        if isinstance(value, float):
+            nan, inf = nan or math.isnan(value), inf or math.isinf(value)
+        elif not _all_finite(value):
+            nan, inf = nan or bool(torch.isnan(value).any()), inf or bool(torch.isinf(value).any())
+    return nan, inf
+
+
+def _creates(inputs: _Kinds, output: _Kinds) -> bool:
+    """A new kind of non-finite value: a NaN where no input had one (softmax of an all -inf row,
+    0/0), or an Inf from all-finite inputs (overflow). A -inf mask passed on is not a creation."""
+    (in_nan, in_inf), (out_nan, out_inf) = inputs, output
+    return (out_nan and not in_nan) or (out_inf and not in_nan and not in_inf)
+
+
+def _values(obj: Any) -> Iterator[Any]:
+    if isinstance(obj, dict):
+        for value in obj.values():
+            yield from _values(value)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            yield from _values(value)
+    else:
+        yield obj
 
 
 def _all_finite(obj: Any) -> bool:
