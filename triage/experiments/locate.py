@@ -5,10 +5,11 @@ stopped before the optimizer moves them; RNG and buffers are saved before every 
 instrumented forward/backward finds:
 
 - forward: the first module, in completion order, whose output is non-finite, preferring one
-  whose inputs were finite (the module that creates the value, not one passing it on); and,
-  through a TorchFunctionMode, the first torch op whose output is non-finite while its inputs
-  (tensors and Python numbers: a `masked_fill(mask, -inf)` is deliberate) were finite, with the
-  user's source line;
+  that *creates* the value rather than passing it on; and, through a TorchFunctionMode, the
+  first torch op that module ran itself which creates one, with the user's source line. To
+  create is to output a NaN where no input held one (0/0, softmax of an all -inf row) or an Inf
+  from finite inputs (overflow); a number argument is an input, so `masked_fill(mask, -inf)`
+  passes a mask on and creates nothing;
 - backward: hooks on every autograd node find the first node whose gradient outputs are
   non-finite while the gradients flowing into it were finite (an Inf counts: anomaly mode only
   checks NaN, and sqrt(0)'s Inf becomes NaN one node later); the module that created the node in
@@ -255,7 +256,7 @@ class _Creator:
 
 class _OpRecorder(TorchFunctionMode):
     """Sees every torch call of the forward: which autograd node each module built, and the ops
-    whose output is non-finite although every input (tensor or number) was finite."""
+    that create a non-finite value (see `_creates`; a number argument counts as an input)."""
 
     def __init__(self, watch: _ForwardWatch):
         super().__init__()
@@ -270,7 +271,8 @@ class _OpRecorder(TorchFunctionMode):
         for tensor in _tensors(out):
             if tensor.grad_fn is not None:
                 self.node_module.setdefault(tensor.grad_fn, module)
-        if len(self.creators) < MAX_CREATORS and _creates(_nonfinite_kinds((args, kwargs)), _nonfinite_kinds(out)):
+        produced = _nonfinite_kinds(out) if len(self.creators) < MAX_CREATORS else (False, False)
+        if any(produced) and _creates(_nonfinite_kinds((args, kwargs)), produced):
             name = resolve_name(func) or getattr(func, "__name__", repr(func))
             self.creators.append(_Creator(name.removeprefix("torch."), module,
                                           _user_frame(traceback.extract_stack())))
