@@ -35,7 +35,7 @@ class Snapshot:
             optimizer=copy.deepcopy(optimizer.state_dict()),
             scheduler=copy.deepcopy(scheduler.state_dict()) if scheduler is not None else None,
             scaler=copy.deepcopy(scaler.state_dict()) if scaler is not None else None,
-            rng=_rng_state(),
+            rng=rng_state(),
         )
 
     def restore(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -53,10 +53,10 @@ class Snapshot:
             scheduler.load_state_dict(copy.deepcopy(self.scheduler))
         if scaler is not None and self.scaler is not None:
             scaler.load_state_dict(copy.deepcopy(self.scaler))
-        _set_rng_state(self.rng)
+        set_rng_state(self.rng)
 
 
-def _rng_state() -> dict[str, Any]:
+def rng_state() -> dict[str, Any]:
     state = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
@@ -67,7 +67,7 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])

@@ -43,9 +43,8 @@ from torch.overrides import TorchFunctionMode, resolve_name
 import triage
 from triage.contract import Precision
 from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.experiments.replay import _grad_scaler
-from triage.experiments.training import autocast, loss_value, scale_lr, trainable
-from triage.snapshot import _rng_state, _set_rng_state
+from triage.experiments.training import autocast, forward_backward, grad_scaler, loss_value, optimizer_step, scale_lr, trainable
+from triage.snapshot import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +93,7 @@ def measure(ctx: Context, p: LocateParams) -> LocateOutcome:
     setup = session.setup
     model, optimizer, scheduler = setup.model, setup.optimizer, setup.scheduler
     precision = p.precision or setup.precision
-    scaler = _grad_scaler(setup, precision, session.device)
+    scaler = grad_scaler(setup, precision, session.device)
     scale_lr(optimizer, scheduler, p.lr_scale)
     params = trainable(model)
     model.train()
@@ -118,25 +117,10 @@ def _train_step(setup, batch, precision, clip, scaler, device, params) -> bool:
     Returns whether the step was finite. Under a GradScaler an inf gradient is routine (the
     scaler skips that step), so only the loss counts there.
     """
-    setup.optimizer.zero_grad(set_to_none=True)
-    with autocast(precision, device):
-        loss = setup.loss_fn(setup.model, batch)
-    if not math.isfinite(loss_value(loss)):
+    loss, norm = forward_backward(setup, batch, precision, clip, scaler, device, params)
+    if not math.isfinite(loss) or (scaler is None and not math.isfinite(norm)):
         return False
-    if scaler is not None:
-        scaler.scale(loss).backward()
-        scaler.unscale_(setup.optimizer)
-    else:
-        loss.backward()
-    max_norm = clip if clip is not None else float("inf")
-    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm).item()) if params else 0.0
-    if scaler is not None:
-        scaler.step(setup.optimizer)
-        scaler.update()
-        return True
-    if not math.isfinite(norm):
-        return False
-    setup.optimizer.step()
+    optimizer_step(setup, scaler)
     return True
 
 
@@ -149,13 +133,13 @@ class _PreStep:
 
     @classmethod
     def take(cls, model: torch.nn.Module) -> "_PreStep":
-        return cls(_rng_state(), {k: b.detach().clone() for k, b in model.named_buffers()})
+        return cls(rng_state(), {k: b.detach().clone() for k, b in model.named_buffers()})
 
     def restore(self, model: torch.nn.Module) -> None:
         with torch.no_grad():
             for name, buffer in model.named_buffers():
                 buffer.copy_(self.buffers[name])
-        _set_rng_state(self.rng)
+        set_rng_state(self.rng)
 
 
 def _bisect_step(setup, batch, precision, device, before: _PreStep, step: int, anomaly: bool) -> LocateOutcome:

@@ -15,9 +15,9 @@ from pydantic import Field
 
 from triage.contract import Precision
 from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.experiments.training import (autocast, current_lr, first_examples, grad_norm, is_finite,
-                                         loss_value, param_vector_norm, scale_lr, scale_weight_decay,
-                                         trainable)
+from triage.experiments.training import (autocast, current_lr, first_examples, grad_norm, grad_scaler,
+                                         loss_value, param_vector_norm, reference_step, scale_lr,
+                                         scale_weight_decay, trainable)
 
 
 class ReplayParams(Params):
@@ -89,7 +89,7 @@ def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
     precision = p.precision or setup.precision
     clip = p.clip if p.clip is not None else setup.grad_clip
     clip = clip * p.clip_scale if clip is not None else None
-    scaler = _grad_scaler(setup, precision, session.device)
+    scaler = grad_scaler(setup, precision, session.device)
     skip = sorted(set(p.skip_batches) | set(_flagged_batches(ctx, p.skip_outliers_of)))
     batches = [b for i, b in enumerate(session.batches) if i not in skip] or session.batches[:1]
     if p.subset:
@@ -111,7 +111,7 @@ def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
             loss = loss_value(setup.train_step(model, optimizer, batch))
             norm = grad_norm(params)
         else:
-            loss, norm = _reference_step(setup, batch, precision, clip, scaler, session.device, params)
+            loss, norm = reference_step(setup, batch, precision, clip, scaler, session.device, params)
             if scheduler is not None:
                 scheduler.step()
         trace.losses.append(loss)
@@ -125,32 +125,6 @@ def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
             trace.first_bad = step
             break
     return _summarise(trace, model, clip, skip)
-
-
-def _reference_step(setup, batch, precision, clip, scaler, device, params) -> tuple[float, float]:
-    setup.optimizer.zero_grad(set_to_none=True)
-    with autocast(precision, device):
-        loss = setup.loss_fn(setup.model, batch)
-    if scaler is not None:
-        scaler.scale(loss).backward()
-        scaler.unscale_(setup.optimizer)
-    else:
-        loss.backward()
-    max_norm = clip if clip is not None else float("inf")
-    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm).item()) if params else 0.0
-    if scaler is not None:
-        scaler.step(setup.optimizer)
-        scaler.update()
-    elif math.isfinite(norm):
-        setup.optimizer.step()
-    return loss_value(loss), norm
-
-
-def _grad_scaler(setup, precision: str, device: torch.device):
-    """A GradScaler for fp16 on CUDA, as an AMP run would have (the run's own when it had one)."""
-    if precision != "fp16" or device.type != "cuda":
-        return None
-    return setup.scaler if setup.scaler is not None else torch.amp.GradScaler("cuda")
 
 
 def _flagged_batches(ctx: Context, node: Optional[str]) -> list[int]:
@@ -223,6 +197,8 @@ def _max_rise(losses: list[float], scale: Optional[float]) -> Optional[float]:
         best = min(best, x)
     return float(rise / scale)
 
+
+_grad_scaler, _reference_step = grad_scaler, reference_step  # TODO(merge): old names, until loop_diff/lr_range move
 
 REPLAY = Experiment(
     name="replay",

@@ -17,6 +17,47 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[precision])
 
 
+def grad_scaler(setup: Any, precision: str, device: torch.device) -> Any:
+    """A GradScaler for fp16 on CUDA, as an AMP run would have (the run's own when it had one)."""
+    if precision != "fp16" or device.type != "cuda":
+        return None
+    return setup.scaler if setup.scaler is not None else torch.amp.GradScaler("cuda")
+
+
+def forward_backward(setup: Any, batch: Any, precision: str, clip: Optional[float], scaler: Any,
+                     device: torch.device, params: list[torch.nn.Parameter]) -> tuple[float, float]:
+    """The reference loop's step up to the update: zero_grad, forward under autocast, backward
+    (scaled and unscaled under a GradScaler), clip. Returns the loss and the pre-clip grad norm."""
+    setup.optimizer.zero_grad(set_to_none=True)
+    with autocast(precision, device):
+        loss = setup.loss_fn(setup.model, batch)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.unscale_(setup.optimizer)
+    else:
+        loss.backward()
+    max_norm = clip if clip is not None else float("inf")
+    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm).item()) if params else 0.0
+    return loss_value(loss), norm
+
+
+def optimizer_step(setup: Any, scaler: Any) -> None:
+    if scaler is not None:
+        scaler.step(setup.optimizer)
+        scaler.update()
+    else:
+        setup.optimizer.step()
+
+
+def reference_step(setup: Any, batch: Any, precision: str, clip: Optional[float], scaler: Any,
+                   device: torch.device, params: list[torch.nn.Parameter]) -> tuple[float, float]:
+    """One whole step of the reference loop; a non-finite gradient norm skips the update."""
+    loss, norm = forward_backward(setup, batch, precision, clip, scaler, device, params)
+    if scaler is not None or math.isfinite(norm):  # a scaler skips inf steps itself
+        optimizer_step(setup, scaler)
+    return loss, norm
+
+
 def loss_value(loss: Any) -> float:
     return float(loss.detach().float().item()) if isinstance(loss, torch.Tensor) else float(loss)
 
