@@ -75,3 +75,18 @@ def test_two_classes_sorted_are_flagged_and_shuffled_are_not():
         batches = [(x[order][i:i + 32], y[order][i:i + 32]) for i in range(0, 512, 32)]
         out = _outcome(batches)
         assert out.class_ordered is ordered, out.batch_class_ratio
+
+
+def test_a_dict_batch_is_read_by_its_labels_key_not_its_last_integer_tensor():
+    batches = [{"x": x, "labels": y, "mask": torch.ones_like(y)} for x, y in digits(4)]
+    setup = lambda: classifier_setup(  # noqa: E731
+        batches=batches, loss_fn=lambda m, b: nn.functional.cross_entropy(m(b["x"]), b["labels"]))
+    out = run(LABEL_CHECK, session_of(setup))
+    assert out.distinct_labels == 10 and out.knn_agreement > 0.9
+
+
+def test_examples_with_nan_inputs_are_left_out_of_the_neighbour_agreement():
+    batches = digits(8)
+    batches[0][0][:5, 3] = float("nan")
+    out = run(LABEL_CHECK, session_of(lambda: classifier_setup(batches=batches)))
+    assert out.knn_examples == 512 - 5 and out.knn_agreement > 0.9

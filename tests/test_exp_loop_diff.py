@@ -61,7 +61,7 @@ def test_a_correct_step_is_quiet():
     assert not out.grads_accumulate and 0.9 < out.grad_growth < 1.1
     assert not out.left_in_eval and not out.eval_after_step
     assert out.optimizer_stepped and out.optimizer_steps == 20
-    assert not out.loss_detached
+    assert not out.loss_detached and not out.step_grads_zero
     assert out.user_loss_ratio < 0.8 and out.reference_loss_ratio < 0.8
     assert abs(out.user_loss_ratio - out.reference_loss_ratio) < 0.05  # the same loop, measured twice
 
@@ -74,7 +74,7 @@ def test_a_step_without_zero_grad_accumulates_gradients():
 
 def test_a_step_that_never_steps_the_optimizer_changes_nothing():
     out = _outcome(no_optimizer_step)
-    assert not out.optimizer_stepped and out.optimizer_steps == 0
+    assert not out.optimizer_stepped and out.optimizer_steps == 0 and not out.step_grads_zero
     assert out.params_never_changed == ["0.weight", "0.bias", "2.weight", "2.bias"]
     assert out.unchanged_fraction == 1.0 and out.extra_unchanged_fraction == 1.0
     assert out.reference_never_changed == []
@@ -115,3 +115,32 @@ def test_dropout_and_batchnorm_noise_does_not_blur_accumulation(step, accumulate
     model = nn.Sequential(nn.Linear(64, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 10))
     out = run(LOOP_DIFF, session_of(lambda: classifier_setup(lr=0.1, train_step=step, model=model)))
     assert out.grads_accumulate is accumulates
+
+
+def zero_grad_between_backward_and_step(model, optimizer, batch):
+    loss = cross_entropy(model, batch)
+    loss.backward()
+    optimizer.zero_grad()  # the gradients are gone before step() uses them
+    optimizer.step()
+    return loss.detach()
+
+
+def zero_grad_after_step(model, optimizer, batch):
+    loss = cross_entropy(model, batch)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()  # a correct order too: the next step starts clean
+    return loss.detach()
+
+
+def test_gradients_wiped_before_the_step_are_seen_as_zero_by_the_optimizer():
+    out = _outcome(zero_grad_between_backward_and_step)
+    assert out.step_grads_zero and out.grad_growth == 0.0
+    assert out.optimizer_stepped and not out.loss_detached  # the gradients existed, then were wiped
+    assert out.unchanged_fraction == 1.0 and out.reference_never_changed == []
+
+
+def test_zeroing_after_the_step_is_quiet():
+    out = _outcome(zero_grad_after_step)
+    assert not out.step_grads_zero and not out.grads_accumulate and 0.9 < out.grad_growth < 1.1
+    assert out.params_never_changed == []

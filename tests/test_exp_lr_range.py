@@ -2,7 +2,7 @@
 
 import torch
 
-from tests._instrument_runs import classifier_setup, run, session_of
+from tests._instrument_runs import classifier_setup, digits, run, session_of
 from triage.experiments.lr_range import LR_RANGE_TEST
 
 
@@ -32,3 +32,13 @@ def test_the_sweep_leaves_weights_and_lr_as_they_were():
     run(LR_RANGE_TEST, session, steps=20)
     assert all(torch.equal(a, b) for a, b in zip(before, session.setup.model.parameters()))
     assert session.setup.optimizer.param_groups[0]["lr"] == 0.1
+
+
+def test_one_outlying_batch_does_not_end_the_sweep():
+    # A spike the LR did not cause (batch 3 scaled x1000) must not read as a divergence at a tiny LR.
+    batches = digits(8)
+    batches[3] = (batches[3][0] * 1000, batches[3][1])
+    out = run(LR_RANGE_TEST, session_of(lambda: classifier_setup(lr=0.01, batches=batches)))
+    # Without the median filter the first visit of batch 3 (step 3, at lr 1e-6) ended the sweep.
+    assert len(out.lrs) > 30
+    assert out.diverged_at_lr is None or out.diverged_at_lr > 0.05

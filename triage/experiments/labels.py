@@ -98,8 +98,10 @@ def _knn_agreement(batches: list, p: LabelCheckParams) -> tuple[Optional[float],
         x, y = input_tensor(batch, floating=True), class_targets(batch)
         if x is None or y is None or y.dim() != 1 or x.shape[0] != y.shape[0]:
             continue
-        keep = y != p.ignore_index
-        xs.append(x[keep].reshape(int(keep.sum()), -1).float().cpu())
+        x = x.reshape(x.shape[0], -1)
+        # Padding labels and non-finite inputs (data_check's finding) would poison the distances.
+        keep = (y != p.ignore_index) & torch.isfinite(x).all(dim=1)
+        xs.append(x[keep].float().cpu())
         ys.append(y[keep].long().cpu())
         if sum(len(v) for v in ys) >= p.knn_examples:
             break

@@ -36,8 +36,11 @@ class LoopDiffOutcome(Outcome):
         default=0.0, description="Share of trainable elements unchanged by the user's steps only.")
     grads_accumulate: bool = Field(default=False, description="grad_growth > growth_threshold.")
     grad_growth: Optional[float] = Field(
-        default=None, description="Median over the second half of the steps of |grad after the user's "
-                                  "step| / |a fresh gradient on the same batch at the same weights|.")
+        default=None, description="Median over the second half of the steps of |the gradient optimizer.step "
+                                  "was given| / |a fresh gradient on the same batch at the same weights| "
+                                  "(the gradient after the step when the optimizer never stepped).")
+    step_grads_zero: bool = Field(
+        default=False, description="The optimizer stepped, but every time on all-zero (or no) gradients.")
     left_in_eval: bool = Field(default=False, description="Some forward of the user's step ran in eval mode.")
     eval_forward_fraction: float = Field(default=0.0, description="Share of the user's forwards in eval mode.")
     eval_after_step: bool = Field(default=False, description="The model was in eval mode after a user step.")
@@ -64,9 +67,9 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
     reference_losses = _reference_loop(ctx, p.steps)
     reference_unchanged = _unchanged(setup.model, start)
     session.restore()
-    watch = _UserStepWatch(setup.model, setup.optimizer)
-    user_losses, growth, returned_has_grad = [], [], None
     params = trainable(setup.model)
+    watch = _UserStepWatch(setup.model, setup.optimizer, params)
+    user_losses, growth, returned_has_grad = [], [], None
     with watch.installed():
         for step in range(p.steps):
             if ctx.out_of_time():
@@ -78,9 +81,9 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
             if isinstance(returned, torch.Tensor):
                 returned_has_grad = bool(returned_has_grad) or returned.requires_grad
             user_losses.append(_as_float(returned))
-            watch.after_step()
+            seen = watch.after_step()
             if step >= p.steps // 2 and fresh > 0:
-                growth.append(grad_norm(params) / fresh)
+                growth.append((seen if seen is not None else grad_norm(params)) / fresh)
             ctx.progress(step + 1, p.steps)
     user_unchanged = _unchanged(setup.model, start)
     session.restore()
@@ -100,6 +103,7 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
         left_in_eval=watch.eval_forwards > 0,
         eval_forward_fraction=watch.eval_forwards / watch.forwards if watch.forwards else 0.0,
         eval_after_step=watch.eval_after_step,
+        step_grads_zero=watch.optimizer_steps > 0 and watch.max_step_grad == 0.0,
         optimizer_stepped=watch.optimizer_steps > 0, optimizer_steps=watch.optimizer_steps,
         loss_detached=bool(params) and not watch.grad_events,
         returned_loss_has_grad=returned_has_grad,
@@ -140,13 +144,17 @@ def _fresh_grad_norm(setup, batch: Any, params: list[torch.nn.Parameter], device
 
 
 class _UserStepWatch:
-    """Counts what happens inside the user's steps: optimizer.step calls, parameter gradients, and the
-    train/eval mode of each forward. Hooks are removed and optimizer.step is put back on exit."""
+    """Counts what happens inside the user's steps: optimizer.step calls and the gradient norm they are
+    given, parameter gradients computed, and the train/eval mode of each forward. Hooks are removed and
+    optimizer.step is put back on exit."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        self.model, self.optimizer = model, optimizer
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 params: list[torch.nn.Parameter]) -> None:
+        self.model, self.optimizer, self.params = model, optimizer, params
         self.optimizer_steps = self.grad_events = self.forwards = self.eval_forwards = 0
         self.eval_after_step = False
+        self.max_step_grad = 0.0
+        self._step_norm: Optional[float] = None  # the gradient norm at this user step's first optimizer.step
         self._active = False
 
     @contextlib.contextmanager
@@ -158,6 +166,9 @@ class _UserStepWatch:
         def counted_step(*args, **kwargs):
             if self._active:
                 self.optimizer_steps += 1
+                if self._step_norm is None:
+                    self._step_norm = grad_norm(self.params)
+                    self.max_step_grad = max(self.max_step_grad, self._step_norm)
             return original(*args, **kwargs)
 
         self.optimizer.step = counted_step
@@ -181,8 +192,11 @@ class _UserStepWatch:
         finally:
             self._active = False
 
-    def after_step(self) -> None:
+    def after_step(self) -> Optional[float]:
+        """Close one user step; the gradient norm its optimizer.step saw (None: it did not step)."""
         self.eval_after_step = self.eval_after_step or not self.model.training
+        seen, self._step_norm = self._step_norm, None
+        return seen
 
     def _on_forward(self, module, inputs) -> None:
         if self._active:

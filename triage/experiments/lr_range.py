@@ -31,7 +31,7 @@ class LrRangeParams(Params):
 
 class LrRangeOutcome(Outcome):
     lrs: list[float] = Field(description="LR of each sweep step (param group 0).")
-    losses: list[float] = Field(description="Smoothed loss after the step at that LR.")
+    losses: list[float] = Field(description="Smoothed loss after the step at that LR (median of 3, then EMA).")
     raw_losses: list[float] = Field(default_factory=list, description="The same, unsmoothed.")
     current_lr: float = Field(description="The LR the sweep is relative to (the optimizer's at the checkpoint).")
     suggested_lr: Optional[float] = Field(default=None, description="LR at the steepest descent of the loss.")
@@ -78,10 +78,17 @@ def measure(ctx: Context, p: LrRangeParams) -> LrRangeOutcome:
 
 
 def _record(lrs, raw, smooth, lr, loss, p: LrRangeParams) -> bool:
-    """Append one point; True when the smoothed loss has diverged (non-finite or > diverge x best)."""
+    """Append one point; True when the smoothed loss has diverged (non-finite or > diverge x best).
+
+    The EMA runs on the median of the last three raw losses: one outlying batch (a spike that the LR
+    did not cause) would otherwise end the sweep as a divergence, and the EMA's decay after it would
+    read as the steepest descent. A real divergence persists and passes the median a step later.
+    """
     lrs.append(lr)
     raw.append(loss)
-    smooth.append(loss if not smooth else p.smoothing * loss + (1 - p.smoothing) * smooth[-1])
+    recent = [x if math.isfinite(x) else math.inf for x in raw[-3:]]
+    despiked = float(np.median(recent)) if len(recent) != 2 else min(recent)
+    smooth.append(despiked if not smooth else p.smoothing * despiked + (1 - p.smoothing) * smooth[-1])
     return not math.isfinite(smooth[-1]) or smooth[-1] > p.diverge * min(smooth)
 
 

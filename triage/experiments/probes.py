@@ -67,13 +67,25 @@ def model_output(setup: Setup, batch: Any, device: torch.device) -> Optional[tor
     return captured[0] if captured else None
 
 
+LABEL_KEYS = ("labels", "label", "targets", "target", "y")  # dict batches: where labels usually live
+
+
 def class_targets(batch: Any) -> Optional[torch.Tensor]:
-    """The integer class labels of a batch: its last integer tensor (bools are masks, not labels)."""
+    """The integer class labels of a batch: a dict's `labels` (or alike) entry, else its last integer
+    tensor (bools are masks, not labels)."""
+    if isinstance(batch, dict):
+        for key in LABEL_KEYS:
+            if isinstance(batch.get(key), torch.Tensor) and _is_integer(batch[key]):
+                return batch[key]
     found = None
     for _, tensor in named_tensors(batch):
-        if not tensor.is_floating_point() and not tensor.is_complex() and tensor.dtype != torch.bool:
+        if _is_integer(tensor):
             found = tensor
     return found
+
+
+def _is_integer(tensor: torch.Tensor) -> bool:
+    return not tensor.is_floating_point() and not tensor.is_complex() and tensor.dtype != torch.bool
 
 
 def input_tensor(batch: Any, floating: bool = False) -> Optional[torch.Tensor]:
