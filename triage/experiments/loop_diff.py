@@ -13,8 +13,8 @@ import torch
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.experiments.replay import _grad_scaler, _reference_step
-from triage.experiments.training import autocast, grad_norm, loss_value, trainable
+from triage.experiments.training import (autocast, grad_norm, grad_scaler, loss_value, reference_step,
+                                         trainable)
 
 
 class LoopDiffParams(Params):
@@ -117,7 +117,7 @@ def _reference_loop(ctx: Context, steps: int) -> list[float]:
     the user's train_step is compared as it is called, one optimizer step per batch."""
     session = ctx.session
     setup, device = session.setup, session.device
-    scaler = _grad_scaler(setup, setup.precision, device)
+    scaler = grad_scaler(setup, setup.precision, device)
     params = trainable(setup.model)
     setup.model.train()
     losses = []
@@ -125,7 +125,7 @@ def _reference_loop(ctx: Context, steps: int) -> list[float]:
         if ctx.out_of_time():
             break
         batch = session.batches[step % len(session.batches)]
-        loss, _ = _reference_step(setup, batch, setup.precision, setup.grad_clip, scaler, device, params)
+        loss, _ = reference_step(setup, batch, setup.precision, setup.grad_clip, scaler, device, params)
         losses.append(loss)
     return losses
 

@@ -11,8 +11,7 @@ from pydantic import Field, model_validator
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.probes import mean_loss
-from triage.experiments.replay import _grad_scaler, _reference_step
-from triage.experiments.training import current_lr, trainable
+from triage.experiments.training import current_lr, grad_scaler, reference_step, trainable
 
 
 class LrRangeParams(Params):
@@ -49,7 +48,7 @@ def measure(ctx: Context, p: LrRangeParams) -> LrRangeOutcome:
         base = float(optimizer.param_groups[0].get("initial_lr") or 1e-3)
     group_scale = [g["lr"] / optimizer.param_groups[0]["lr"] if optimizer.param_groups[0]["lr"] > 0 else 1.0
                    for g in optimizer.param_groups]  # keep each group's LR relative to group 0
-    scaler = _grad_scaler(setup, setup.precision, device)
+    scaler = grad_scaler(setup, setup.precision, device)
     params = trainable(setup.model)
     factors = np.geomspace(p.min_factor, p.max_factor, p.steps)
     setup.model.train()
@@ -63,7 +62,7 @@ def measure(ctx: Context, p: LrRangeParams) -> LrRangeOutcome:
         for group, scale in zip(optimizer.param_groups, group_scale):
             group["lr"] = lr * scale
         batch = session.batches[i % len(session.batches)]
-        loss, _ = _reference_step(setup, batch, setup.precision, setup.grad_clip, scaler, device, params)
+        loss, _ = reference_step(setup, batch, setup.precision, setup.grad_clip, scaler, device, params)
         if lr_prev is not None and _record(lrs, raw, smooth, lr_prev, loss, p):
             diverged = lr_prev
             break
