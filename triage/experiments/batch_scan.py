@@ -10,7 +10,7 @@ import numpy as np
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.experiments.training import autocast, grad_norm, loss_value, trainable
+from triage.experiments.training import forward_backward, grad_scaler, trainable
 
 # MAD -> standard deviation for normal data; the z-scores below read like ordinary ones.
 MAD_TO_STD = 1.4826
@@ -42,16 +42,14 @@ def measure(ctx: Context, p: BatchScanParams) -> BatchScanOutcome:
     session = ctx.session
     setup, device = session.setup, session.device
     params = trainable(setup.model)
+    scaler = grad_scaler(setup, setup.precision, device)  # fp16 gradients would underflow unscaled
     losses, norms = [], []
     for index, batch in enumerate(session.batches):
         if ctx.out_of_time():
             break
-        setup.optimizer.zero_grad(set_to_none=True)
-        with autocast(setup.precision, device):
-            loss = setup.loss_fn(setup.model, batch)
-        loss.backward()
-        losses.append(loss_value(loss))
-        norms.append(grad_norm(params))
+        loss, norm = forward_backward(setup, batch, setup.precision, None, scaler, device, params)
+        losses.append(loss)
+        norms.append(norm)
         ctx.progress(index + 1, len(session.batches))
     session.restore()  # drop the gradients and any BatchNorm statistics the forwards moved
     z_loss, z_grad = _robust_z(losses, p.mad_floor), _robust_z(norms, p.mad_floor)
