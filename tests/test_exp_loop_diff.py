@@ -2,6 +2,7 @@
 measurement; a correct step leaves them all quiet."""
 
 import pytest
+import torch
 from torch import nn
 
 from tests._instrument_runs import classifier_setup, cross_entropy, run, session_of
@@ -144,3 +145,15 @@ def test_zeroing_after_the_step_is_quiet():
     out = _outcome(zero_grad_after_step)
     assert not out.step_grads_zero and not out.grads_accumulate and 0.9 < out.grad_growth < 1.1
     assert out.params_never_changed == []
+
+
+def test_a_schedulers_own_wrapper_of_optimizer_step_is_put_back():
+    def factory():
+        setup = classifier_setup(lr=0.1, train_step=correct_step)
+        return setup.model_copy(update={"scheduler": torch.optim.lr_scheduler.StepLR(setup.optimizer, 5)})
+
+    session = session_of(factory)
+    wrapped = vars(session.setup.optimizer)["step"]  # torch's LRScheduler patches step on the instance
+    out = run(LOOP_DIFF, session)
+    assert out.optimizer_steps == 20
+    assert vars(session.setup.optimizer)["step"] is wrapped
