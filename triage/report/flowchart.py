@@ -17,9 +17,12 @@ import networkx as nx
 from triage.report.model import Report
 from triage.report.views import format_figure
 
-NODE_W = 184
-DUMMY_W = 14
-GAP_X = 22
+NODE_W = 184  # a walked node: room for its figures
+OTHER_W = 144  # a node the walk did not visit: its name only
+LEAF_W = 168  # diagnosis ids run to 23 characters
+DUMMY_W = 6
+GAP_X = 16
+DUMMY_GAP = 6
 RUN_H = 40
 LEAF_H = 32
 FIGURE_LINE = 13
@@ -46,11 +49,11 @@ class Box:
 
     @property
     def shown_id(self) -> str:
-        return _clip(self.id, 23)
+        return _clip(self.id, int((self.w - 20) / (6.4 if self.kind == "leaf" else 7.2)))
 
     @property
     def shown_label(self) -> str:
-        return _clip(self.label, 28)
+        return _clip(self.label, int((self.w - 20) / 6.4))
 
     @property
     def left(self) -> float:
@@ -124,6 +127,7 @@ def _boxes(report: Report, anchors: dict[str, str]) -> dict[str, Box]:
                   reached=walked and node.kind == "leaf", step=position.get(node.id),
                   anchor=anchors.get(node.id), figures=_figure_lines(node.id, figures.get(node.id, {})))
         box.h = (LEAF_H if node.kind == "leaf" else RUN_H) + FIGURE_LINE * len(box.figures)
+        box.w = NODE_W if walked else LEAF_W if node.kind == "leaf" else OTHER_W
         boxes[node.id] = box
     return boxes
 
@@ -236,7 +240,8 @@ def _pack(layer: list[str], boxes: dict[str, Box], wanted: list[float]) -> None:
         x = wanted[i]
         if i:
             prev = boxes[layer[i - 1]]
-            x = max(x, xs[-1] + (prev.w + boxes[n].w) / 2 + GAP_X)
+            gap = DUMMY_GAP if "dummy" in (prev.kind, boxes[n].kind) else GAP_X
+            x = max(x, xs[-1] + (prev.w + boxes[n].w) / 2 + gap)
         xs.append(x)
     shift = (sum(wanted) - sum(xs)) / len(xs) if xs else 0.0
     for n, x in zip(layer, xs):

@@ -16,8 +16,8 @@ from typing import Any, Iterable, Optional, Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
-from matplotlib import ticker  # noqa: E402
+from matplotlib import ticker  # noqa: E402  (after the backend is chosen)
+from matplotlib.figure import Figure  # noqa: E402  (no pyplot: no global figure state, nothing to close)
 
 BASELINE = "#6b7280"
 INTERVENTION = "#2563eb"
@@ -106,8 +106,9 @@ def lr_schedule(lrs: Sequence[Any], steps: Optional[Sequence[Any]] = None, check
     if not ys:
         return None
     xs = numbers(steps) if steps and len(steps) == len(ys) else list(range(len(ys)))
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(6.4, 2.4))
+    with matplotlib.rc_context(_STYLE):
+        fig = Figure(figsize=(6.4, 2.4))
+        ax = fig.subplots()
         ax.plot(xs, ys, color=INTERVENTION)
         finite = [y for y in ys if math.isfinite(y)]
         if finite and min(finite) > 0 and max(finite) / min(finite) > 1e3:
@@ -130,30 +131,36 @@ def lr_schedule(lrs: Sequence[Any], steps: Optional[Sequence[Any]] = None, check
 
 
 def layer_bars(items: Sequence[tuple[str, Any]], title: str, xlabel: str, *, log: bool = False,
-               limit: Optional[tuple[float, float]] = None, highlight_above: Optional[float] = None) -> Optional[str]:
-    """One horizontal bar per layer (names read down the left), in model order."""
+               limit: Optional[tuple[float, float]] = None, highlight_above: Optional[float] = None,
+               max_rows: int = 60) -> Optional[str]:
+    """One horizontal bar per layer (names read down the left), in model order. On a log axis a zero
+    (a parameter that got no gradient) is written as a red 0 rather than dropped."""
     rows = [(str(name), number(value)) for name, value in items]
     if not rows:
         return None
-    rows = rows[:60]
+    if len(rows) > max_rows:  # evenly spaced, so depth order still reads top to bottom
+        keep = sorted({round(i * (len(rows) - 1) / (max_rows - 1)) for i in range(max_rows)})
+        title = f"{title} ({len(keep)} of {len(rows)})"
+        rows = [rows[i] for i in keep]
     names = [_shorten(n, 42) for n, _ in rows]
     values = [v if math.isfinite(v) else math.nan for _, v in rows]
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.22 * len(rows)))
-        positive = [v for v in values if v == v and v > 0]
-        use_log = log and len(positive) == len([v for v in values if v == v]) and positive and \
-            max(positive) / min(positive) > 10
+    positive = [v for v in values if v == v and v > 0]
+    use_log = log and bool(positive) and max(positive) / min(positive) > 10
+    with matplotlib.rc_context(_STYLE):
+        fig = Figure(figsize=(6.4, 0.75 + 0.2 * len(rows)))
+        ax = fig.subplots()
         colors = [BAD if highlight_above is not None and v == v and v > highlight_above else INTERVENTION
                   for v in values]
         y = list(range(len(rows)))
-        left = min(positive) / 3 if use_log else 0
-        ax.barh(y, [v - left if v == v else 0 for v in values], left=left, color=colors, height=0.65)
-        for yi, (v, raw) in enumerate(zip(values, rows)):
-            if v != v:
-                ax.annotate(f"{raw[1]}", xy=(left, yi), xytext=(3, 0), textcoords="offset points",
-                            va="center", color=BAD, fontsize=8)
+        base = min(positive) / 3 if use_log else 0.0
+        drawn = [v - base if v == v and (v > 0 or not use_log) else 0.0 for v in values]
+        ax.barh(y, drawn, left=base, color=colors, height=0.65)
+        for yi, (v, (_, raw)) in enumerate(zip(values, rows)):
+            if v != v or (use_log and v <= 0):
+                ax.annotate("NaN" if v != v else "0", xy=(0, yi), xycoords=("axes fraction", "data"),
+                            xytext=(3, 0), textcoords="offset points", va="center", color=BAD, fontsize=8)
         ax.set_yticks(y, names)
-        ax.invert_yaxis()
+        ax.set_ylim(len(rows) - 0.5, -0.5)  # first layer at the top
         ax.grid(axis="y", visible=False)
         if use_log:
             _log(ax, "x")
@@ -165,13 +172,65 @@ def layer_bars(items: Sequence[tuple[str, Any]], title: str, xlabel: str, *, log
         return _svg(fig, f"bars-{title}")
 
 
+def batch_bars(values: Sequence[Any], flagged: Iterable[int], title: str, ylabel: str) -> Optional[str]:
+    """One bar per snapshot batch; the flagged ones red (non-finite ones as a red x at the top)."""
+    ys = numbers(values)
+    if not ys:
+        return None
+    flagged = set(flagged or [])
+    with matplotlib.rc_context(_STYLE):
+        fig = Figure(figsize=(6.4, 2.5))
+        ax = fig.subplots()
+        finite = [y if math.isfinite(y) else 0.0 for y in ys]
+        ax.bar(range(len(ys)), finite, color=[BAD if i in flagged else INTERVENTION for i in range(len(ys))],
+               width=0.75)
+        for i, y in enumerate(ys):
+            if not math.isfinite(y):
+                ax.plot([i], [1], marker="x", color=BAD, markersize=7, mew=2, transform=ax.get_xaxis_transform(),
+                        clip_on=False)
+        positive = [y for y in finite if y > 0]
+        if positive and len(positive) == len(finite) and max(positive) / min(positive) > 30:
+            _log(ax, "y")
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+        ax.set_xlabel("snapshot batch")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        _margins(fig, left_pt=58, right_pt=10)
+        return _svg(fig, f"batches-{title}")
+
+
+def lr_range(lrs: Sequence[Any], losses: Sequence[Any], current: Optional[float] = None,
+             suggested: Optional[float] = None, diverged: Optional[float] = None) -> Optional[str]:
+    """Loss against learning rate (log x) from an LR range test, the run's LR and the suggestion marked."""
+    xs, ys = numbers(lrs), numbers(losses)
+    if not xs or len(xs) != len(ys):
+        return None
+    with matplotlib.rc_context(_STYLE):
+        fig = Figure(figsize=(6.4, 2.7))
+        ax = fig.subplots()
+        ax.plot(xs, [y if math.isfinite(y) else math.nan for y in ys], color=INTERVENTION)
+        if all(x > 0 for x in xs if math.isfinite(x)):
+            _log(ax, "x")
+        marks = [(current, BASELINE, "the run's lr"), (suggested, GOOD, "suggested"), (diverged, BAD, "diverged")]
+        for x, color, label in marks:
+            if x is not None and math.isfinite(number(x)):
+                ax.axvline(number(x), color=color, linestyle="--", linewidth=1.2, label=f"{label} {number(x):.3g}")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+        ax.set_xlabel("learning rate")
+        ax.set_ylabel("loss (smoothed)")
+        ax.set_title("LR range test: loss against learning rate")
+        _margins(fig, left_pt=58, right_pt=110)
+        return _svg(fig, "lr-range")
+
+
 def _lines(series: Sequence[Series], title: str, ylabel: str, log_ratio: float,
            hline: Optional[tuple[float, str]] = None, size: tuple[float, float] = (6.4, 2.7)) -> Optional[str]:
     drawn = [s for s in series if s.values]
     if not drawn:
         return None
-    with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=size)
+    with matplotlib.rc_context(_STYLE):
+        fig = Figure(figsize=size)
+        ax = fig.subplots()
         everything: list[float] = []
         for s in drawn:
             ys = numbers(s.values)
@@ -266,9 +325,8 @@ def _svg(fig, key: str) -> str:
     """The figure as an inline <svg>: it scales to its container's width."""
     buffer = io.StringIO()
     # A salt per figure keeps ids (clip paths, markers) unique across the page yet stable across renders.
-    with plt.rc_context({"svg.hashsalt": f"triage-{key}"}):
+    with matplotlib.rc_context({"svg.hashsalt": f"triage-{key}"}):
         fig.savefig(buffer, format="svg", metadata={"Date": None})
-    plt.close(fig)
     text = _HEADER.sub("", buffer.getvalue(), count=1)
     text = _METADATA.sub("", text, count=1)
     # No fixed size: it scales to its container, up to its natural width (pt to CSS px).

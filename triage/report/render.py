@@ -18,7 +18,7 @@ import pydantic
 from triage.errors import ReportError
 from triage.report import flowchart
 from triage.report.model import SCHEMA_VERSION, Report
-from triage.report.views import build_views, describe_change, format_figure, measured, summary_views
+from triage.report.views import build_views, describe_change, format_figure, summary_views
 
 __all__ = ["format_figure", "read_report", "render_html", "render_markdown", "write_report"]
 
@@ -31,8 +31,8 @@ def _environment(autoescape: bool) -> jinja2.Environment:
         autoescape=autoescape, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters.update(fig=format_figure, change=describe_change, measured_of=measured, md=markdown_text,
-                       code=markdown_code, codeblock=markdown_block)
+    env.filters.update(fig=format_figure, change=describe_change, md=markdown_text, code=markdown_code,
+                       codeblock=markdown_block)
     return env
 
 

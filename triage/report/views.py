@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -16,6 +17,7 @@ from triage.records import Decision, ExperimentRun
 from triage.report import plots
 from triage.report.model import Report
 
+_CONTEXT_LINE = re.compile(r"^([> ])\s*(\d+) \| ?(.*)$")
 # Series an experiment's plots already show; left out of its tables.
 _PLOTTED = {"losses", "grad_norms", "lrs", "steps", "val_steps", "val_losses", "layer_norms", "layers"}
 
@@ -73,8 +75,9 @@ def changes(run: ExperimentRun, reference: Optional[ExperimentRun]) -> list[str]
             or k not in reference.params]
 
 
-def measured(outcome: Optional[dict[str, Any]]) -> str:
-    """What an experiment measured, in one line: "40 steps, finite, loss 2.31 → 0.88"."""
+def measured(outcome: Optional[dict[str, Any]], read: Optional[dict[str, Any]] = None) -> str:
+    """What an experiment measured, in one line: "40 steps, finite, loss 2.31 → 0.88" for a replay;
+    otherwise the figures its branch read (`read`), or its first figures."""
     if not outcome:
         return "nothing measured"
     parts = []
@@ -87,15 +90,20 @@ def measured(outcome: Optional[dict[str, Any]]) -> str:
     if outcome.get("loss_start") is not None and outcome.get("loss_end") is not None:
         parts.append(f"loss {format_figure(plots.number(outcome['loss_start']))} → "
                      f"{format_figure(plots.number(outcome['loss_end']))}")
-    if parts:
+    if parts and "losses" in outcome:
         return ", ".join(parts)
-    return ", ".join(f"{k.replace('_', ' ')} {format_figure(v)}" for k, v in scalars(outcome)[:3])
+    if read:
+        shown = [f"{k.split('.', 1)[-1].replace('_', ' ')} {format_figure(v)}" for k, v in read.items()]
+        return ", ".join(shown[:4]) + (f" (+{len(shown) - 4} more)" if len(shown) > 4 else "")
+    single = [(k, v) for k, v in scalars(outcome) if not isinstance(v, list)]
+    return ", ".join(parts) or ", ".join(f"{k.replace('_', ' ')} {format_figure(v)}" for k, v in single[:3])
 
 
 def scalars(outcome: Optional[dict[str, Any]]) -> list[tuple[str, Any]]:
     """The outcome's single figures, in the experiment's own order."""
     return [(k, v) for k, v in (outcome or {}).items()
-            if k not in _PLOTTED and (v is None or isinstance(v, (bool, int, float, str)))]
+            if k not in _PLOTTED and (v is None or isinstance(v, (bool, int, float, str))
+                                      or (isinstance(v, list) and not any(isinstance(x, dict) for x in v)))]
 
 
 @dataclass
@@ -116,8 +124,6 @@ def tables(outcome: Optional[dict[str, Any]], limit: int = 20) -> list[Table]:
             columns = list(dict.fromkeys(c for row in value for c in row))
             rows = [[format_figure(row.get(c)) for c in columns] for row in value[:limit]]
             found.append(Table(key, columns, rows, max(0, len(value) - limit)))
-        else:
-            found.append(Table(key, ["value"], [[format_figure(value)]]))
     return found
 
 
@@ -175,7 +181,8 @@ def build_views(report: Report) -> Views:
             run=run, index=i + 1, anchor=anchors[run.node], title=titles.get(run.node), role=role,
             reference=reference.node if reference and reference.node != run.node else None,
             compared=any(references[o.node].node == run.node for o in report.experiments if o.node != run.node),
-            changes=changes(run, reference), measured=measured(run.outcome),
+            changes=changes(run, reference),
+            measured=measured(run.outcome, _own_figures(decisions.get(run.node), run.node)),
             figures=[(k, format_figure(v), (run.node, k) in read) for k, v in scalars(run.outcome)],
             tables=tables(run.outcome), plots=experiment_plots(run, reference),
             decision=decisions.get(run.node)))
@@ -190,6 +197,10 @@ def build_views(report: Report) -> Views:
         location=_location(report), source_context=_source_context(report),
         key_figures=key_figures(report), titles=titles,
     )
+
+
+def _own_figures(decision: Optional[Decision], node: str) -> dict[str, Any]:
+    return {k: v for k, v in (decision.figures if decision else {}).items() if k.startswith(node + ".")}
 
 
 def _references(report: Report) -> dict[str, ExperimentRun]:
@@ -220,7 +231,45 @@ def _val_series(run: ExperimentRun, color: str) -> Optional[plots.Series]:
 
 
 def experiment_plots(run: ExperimentRun, reference: Optional[ExperimentRun]) -> list[Plot]:
-    """Plots where a person would rather look than read, from whatever the outcome carries."""
+    """Plots where a person would rather look than read, chosen by what the outcome carries."""
+    outcome = run.outcome or {}
+    if _series_of(outcome, "lrs") and _series_of(outcome, "losses") and "current_lr" in outcome:
+        svg = plots.lr_range(outcome["lrs"], outcome["losses"], outcome.get("current_lr"),
+                             outcome.get("suggested_lr"), outcome.get("diverged_at_lr"))
+        return [Plot("", svg)] if svg else []
+    if "outliers" in outcome:  # per-batch figures, not per step
+        return [Plot("", svg) for key, label in (("losses", "Loss"), ("grad_norms", "Gradient norm"))
+                if _series_of(outcome, key)
+                and (svg := plots.batch_bars(outcome[key], _ints(outcome["outliers"]),
+                                             f"{label} of each snapshot batch (red: flagged)", label.lower()))]
+    found = _curve_plots(run, reference)
+    if _series_of(outcome, "user_losses") or _series_of(outcome, "reference_losses"):
+        series = [s for s in (plots.Series("the run's train_step", outcome.get("user_losses") or [], color=plots.BAD),
+                              plots.Series("reference loop", outcome.get("reference_losses") or [],
+                                           color=plots.BASELINE)) if s.values]
+        svg = plots.loss_curves(series, title="Loss per step: the run's own step vs the reference loop")
+        if svg:
+            found.append(Plot("", svg))
+    lrs = _series_of(outcome, "lrs")
+    if lrs and ("checkpoint_step" in outcome or _varies(lrs)):
+        step = outcome.get("checkpoint_step")
+        svg = plots.lr_schedule(lrs, outcome.get("steps"), step if isinstance(step, int) else None)
+        if svg:
+            found.append(Plot("", svg))
+    norms = _named(outcome.get("layer_norms"), "norm")
+    if norms:
+        svg = plots.layer_bars(norms, "Gradient norm per parameter", "gradient norm", log=True)
+        found.append(Plot("In depth order, input side at the top; a red 0 got no gradient.", svg))
+    dead = _named(outcome.get("layers"), "dead_fraction")
+    if any(value is not None for _, value in dead):
+        svg = plots.layer_bars(dead, "Dead units per layer", "fraction of units never active",
+                               limit=(0.0, 1.0), highlight_above=0.5)
+        found.append(Plot("Red: more than half of the layer's units never fired.", svg))
+    return found
+
+
+def _curve_plots(run: ExperimentRun, reference: Optional[ExperimentRun]) -> list[Plot]:
+    """Loss and gradient norm per step, against the reference run of the same experiment."""
     outcome = run.outcome or {}
     found = []
     against = reference if reference is not None and reference.node != run.node else None
@@ -237,23 +286,16 @@ def experiment_plots(run: ExperimentRun, reference: Optional[ExperimentRun]) -> 
         svg = draw(series, title=caption + (f": {run.node} vs {against.node}" if against else ""), **extra)
         if svg:
             found.append(Plot("", svg))  # its title says it all
-    lrs = outcome.get("lrs")
-    if isinstance(lrs, list) and lrs and ("checkpoint_step" in outcome or _varies(lrs)):
-        step = outcome.get("checkpoint_step")
-        svg = plots.lr_schedule(lrs, outcome.get("steps"), step if isinstance(step, int) else None)
-        if svg:
-            found.append(Plot("Learning rate per step" + (", the checkpoint's step marked"
-                                                          if isinstance(step, int) else ""), svg))
-    norms = _named(outcome.get("layer_norms"), "norm")
-    if norms:
-        svg = plots.layer_bars(norms, "Gradient norm per layer", "gradient norm", log=True)
-        found.append(Plot("Gradient norm per layer (input side at the top)", svg))
-    dead = _named(outcome.get("layers"), "dead_fraction")
-    if dead:
-        svg = plots.layer_bars(dead, "Dead units per layer", "fraction of units never active",
-                               limit=(0.0, 1.0), highlight_above=0.5)
-        found.append(Plot("Fraction of dead units per layer (red: more than half)", svg))
     return found
+
+
+def _series_of(outcome: dict[str, Any], key: str) -> list[Any]:
+    value = outcome.get(key)
+    return value if isinstance(value, list) and value else []
+
+
+def _ints(values: Any) -> list[int]:
+    return [v for v in values if isinstance(v, int)] if isinstance(values, list) else []
 
 
 def _named(rows: Any, key: str) -> list[tuple[str, Any]]:
@@ -296,7 +338,8 @@ def _proof_table(report: Report, proof: Optional[ExperimentRun],
 
 def _overview_plot(report: Report, references: dict[str, ExperimentRun]) -> Optional[str]:
     """Every replay's loss on one axis: the baseline against each intervention."""
-    runs = [r for r in report.experiments if isinstance((r.outcome or {}).get("losses"), list) and r.outcome["losses"]]
+    runs = [r for r in report.experiments if _series_of(r.outcome or {}, "losses") and "steps_run" in r.outcome]
+    runs = [r for r in runs if r.experiment == runs[0].experiment] if runs else []  # one kind: per step
     if len(runs) < 2:
         return None
     series, colors = [], iter(plots.PALETTE * 4)
@@ -328,28 +371,28 @@ def _location(report: Report) -> list[tuple[str, Any]]:
 
 
 def _source_context(report: Report) -> list[tuple[Optional[int], str, bool]]:
-    """The user's source around the faulting line, when an experiment could read the file."""
+    """The user's source around the faulting line, when an experiment could read the file.
+    Accepts locate's "> 123 | text" lines, {line, text} records, (line, text) pairs or plain text."""
     for run in report.experiments:
         context = (run.outcome or {}).get("source_context")
         if not context:
             continue
-        source = (run.outcome or {}).get("source") or report.location.source or ""
-        target = _line_number(source)
-        lines: list[tuple[Optional[int], str, bool]] = []
+        target = _line_number((run.outcome or {}).get("source") or report.location.source or "")
         if isinstance(context, str):
             context = context.splitlines()
-        if isinstance(context, list):
-            for item in context:
-                if isinstance(item, dict):
-                    number = item.get("line", item.get("lineno"))
-                    text = item.get("text", item.get("code", ""))
-                else:
-                    number, text = None, item
-                    if isinstance(item, (list, tuple)) and len(item) == 2:
-                        number, text = item
-                number = number if isinstance(number, int) else None
-                lines.append((number, str(text), number is not None and number == target))
-        return lines
+        lines: list[tuple[Optional[int], str]] = []
+        for item in context if isinstance(context, list) else []:
+            number, text = None, item
+            if isinstance(item, dict):
+                number, text = item.get("line", item.get("lineno")), item.get("text", item.get("code", ""))
+            elif isinstance(item, (list, tuple)) and len(item) == 2:
+                number, text = item
+            elif isinstance(item, str) and (parsed := _CONTEXT_LINE.match(item)):
+                number, text = int(parsed.group(2)), parsed.group(3)
+                if parsed.group(1) == ">":
+                    target = number
+            lines.append((number if isinstance(number, int) else None, str(text)))
+        return [(n, text, n is not None and n == target) for n, text in lines]
     return []
 
 
@@ -408,6 +451,7 @@ def deciding_refs(decision: Decision) -> list[str]:
 def summary_views(report: Report) -> dict[str, Any]:
     """What summary.md needs: the proof in words and the figures that decided (no plots drawn)."""
     references = _references(report)
+    decisions = {d.node: d for d in report.decisions}
     proof = report.experiment(report.proof) if report.proof else None
     reference = references.get(report.proof) if proof else None
     return {
@@ -417,4 +461,6 @@ def summary_views(report: Report) -> dict[str, Any]:
         "reference": reference if reference and proof and reference.node != proof.node else None,
         "proof_table": _proof_table(report, proof, reference),
         "key_figures": key_figures(report),
+        "measured": {run.node: measured(run.outcome, _own_figures(decisions.get(run.node), run.node))
+                     for run in report.experiments},
     }
