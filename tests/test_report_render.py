@@ -267,3 +267,9 @@ def test_flowchart_layout_of_thirty_nodes_keeps_boxes_apart():
             assert apart_x or apart_y, f"{a.id} overlaps {b.id}"
     assert [b.id for b in placed if b.walked] == ["q0", "q3", "q4", "cause4"]
     assert sum(e.taken for e in chart.edges) == 3
+
+
+def test_gradient_bars_mark_a_parameter_without_gradient():
+    svg = plots.layer_bars([("enc.weight", 0.0), ("head.weight", 0.1)], "Gradient norm", "norm", log=True)
+    assert re.search(r">0</text>", svg) and "enc.weight" in svg
+    assert not re.search(r">0</text>", plots.layer_bars([("a", 0.5), ("b", 0.1)], "Dead", "f", limit=(0, 1)))

@@ -156,7 +156,7 @@ def layer_bars(items: Sequence[tuple[str, Any]], title: str, xlabel: str, *, log
         drawn = [v - base if v == v and (v > 0 or not use_log) else 0.0 for v in values]
         ax.barh(y, drawn, left=base, color=colors, height=0.65)
         for yi, (v, (_, raw)) in enumerate(zip(values, rows)):
-            if v != v or (use_log and v <= 0):
+            if v != v or (log and v <= 0):  # `log`: a gradient norm, where 0 means none at all
                 ax.annotate("NaN" if v != v else "0", xy=(0, yi), xycoords=("axes fraction", "data"),
                             xytext=(3, 0), textcoords="offset points", va="center", color=BAD, fontsize=8)
         ax.set_yticks(y, names)
