@@ -71,7 +71,8 @@ def test_hugging_face_trainer_folder(tmp_path, entry):
                                             {"eval_loss": 1.9, "step": 20}]}))
     ckpt = read_checkpoint(folder)
     assert (ckpt.layout, ckpt.step) == ("huggingface", 30)
-    assert [(p.step, p.loss) for p in ckpt.history] == [(10, 2.1), (20, 1.7)]
+    assert [(p.step, p.loss, p.val_loss) for p in ckpt.history] == [(10, 2.1, None), (20, 1.7, None),
+                                                                   (20, None, 1.9)]
     assert torch.equal(loaded_weights(entry, folder), s.model.state_dict()["0.weight"])
 
 

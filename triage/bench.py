@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
+import torch
+
 from triage.api import run
 from triage.zoo import example_names, example_path, load_example
 
@@ -22,7 +24,11 @@ class Case:
     path: tuple[str, ...]
 
 
-def run_cases(names: Optional[Sequence[str]] = None, steps: Optional[int] = None) -> list[Case]:
+def run_cases(names: Optional[Sequence[str]] = None, steps: Optional[int] = None,
+              threads: int = 1) -> list[Case]:
+    """Triage each example from its freshly written checkpoint. One torch thread by default: the zoo's
+    tiny models run fastest so, and timings do not depend on what else the machine is doing."""
+    torch.set_num_threads(threads)
     cases = []
     with tempfile.TemporaryDirectory(prefix="triage-bench-") as tmp:
         for name in names or example_names():
@@ -53,5 +59,6 @@ def print_table(cases: list[Case], out: TextIO) -> None:
     out.write(f"\ntop-1 accuracy: {right}/{len(cases)} = {right / len(cases):.0%}\n")
     out.write(f"false alarms on healthy examples: {false_alarms}/{len(healthy)}\n")
     out.write(f"faults called healthy: {missed}/{len(cases) - len(healthy)}\n")
+    out.write(f"torch threads: {torch.get_num_threads()}\n")
     out.write(f"seconds per case: median {seconds[len(seconds) // 2]:.1f}, max {seconds[-1]:.1f}, "
               f"total {sum(seconds):.0f}\n")

@@ -6,7 +6,9 @@ and turning a raising or out-of-memory experiment into an ExperimentRun that say
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import time
 import traceback
 from dataclasses import dataclass
@@ -126,7 +128,7 @@ def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: di
     run = ExperimentRun(node=node, experiment=spec.run, summary=experiment.summary,
                         params=params.model_dump(mode="json"), status=status, error=error,
                         seconds=round(seconds, 3),
-                        outcome=outcome.model_dump(mode="json") if outcome is not None else None)
+                        outcome=_as_json(outcome) if outcome is not None else None)
     return run, outcome
 
 
@@ -144,10 +146,15 @@ def _decide(playbook: Playbook, node: str, facts, runs, outcomes) -> Decision:
     raise AssertionError("a validated run node always has an `otherwise` edge")
 
 
+def _as_json(outcome: Outcome) -> dict[str, Any]:
+    """The outcome as report.json will hold it (NaN as "NaN"), so a report equals its own round-trip."""
+    return json.loads(outcome.model_dump_json())
+
+
 def _figure(value: Any) -> Any:
     """A figure small enough to show beside a node: numbers rounded, long lists summarised."""
     if isinstance(value, float):
-        return float(f"{value:.4g}")
+        return float(f"{value:.4g}") if math.isfinite(value) else str(value)
     if isinstance(value, list) and len(value) > 8:
         return f"[{len(value)} items]"
     return value

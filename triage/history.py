@@ -5,20 +5,24 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 from pydantic import BaseModel, ConfigDict
 
 from triage.errors import CheckpointError
 
 _LOSS_KEYS = ("loss", "train_loss", "train/loss")
+_VAL_KEYS = ("val_loss", "eval_loss", "val/loss", "validation_loss")
 
 
 class HistoryPoint(BaseModel):
+    """One logged step of the failing run: its training loss, its validation loss, or both."""
+
     model_config = ConfigDict(frozen=True, ser_json_inf_nan="strings")
 
     step: int
-    loss: float
+    loss: Optional[float] = None
+    val_loss: Optional[float] = None
 
 
 def history_from_value(value: Any) -> list[HistoryPoint]:
@@ -39,10 +43,16 @@ def history_from_value(value: Any) -> list[HistoryPoint]:
 def history_from_log_entries(entries: Iterable[dict[str, Any]]) -> list[HistoryPoint]:
     points = []
     for i, entry in enumerate(entries):
-        key = next((k for k in _LOSS_KEYS if k in entry), None)
-        if key is not None and _is_number(entry[key]):
-            points.append(HistoryPoint(step=int(entry.get("step", i)), loss=float(entry[key])))
+        loss = _first_number(entry, _LOSS_KEYS)
+        val_loss = _first_number(entry, _VAL_KEYS)
+        if loss is not None or val_loss is not None:
+            points.append(HistoryPoint(step=int(entry.get("step", i)), loss=loss, val_loss=val_loss))
     return points
+
+
+def _first_number(entry: dict[str, Any], keys: tuple[str, ...]) -> Optional[float]:
+    key = next((k for k in keys if k in entry and _is_number(entry[k])), None)
+    return float(entry[key]) if key is not None else None
 
 
 def read_history_file(path: Path) -> list[HistoryPoint]:
@@ -64,7 +74,7 @@ def read_history_file(path: Path) -> list[HistoryPoint]:
     if not points:
         raise CheckpointError(
             f"Expected '{path}' to carry a loss per step (a column or key named "
-            f"{' / '.join(_LOSS_KEYS)}), found none. Rename the column or drop --history."
+            f"{' / '.join(_LOSS_KEYS + _VAL_KEYS)}), found none. Rename the column or drop --history."
         )
     return points
 

@@ -2,14 +2,25 @@
 
 from triage.experiments.activations import ACTIVATION_HEALTH
 from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.batch_scan import BATCH_SCAN
 from triage.experiments.data_check import DATA_CHECK
 from triage.experiments.gradient_flow import GRADIENT_FLOW
+from triage.experiments.history_check import HISTORY_CHECK
+from triage.experiments.init_check import INIT_LOSS
+from triage.experiments.labels import LABEL_CHECK
 from triage.experiments.locate import LOCATE_NONFINITE
+from triage.experiments.loop_diff import LOOP_DIFF
+from triage.experiments.lr_range import LR_RANGE_TEST
+from triage.experiments.lr_trace import LR_TRACE
+from triage.experiments.outputs import OUTPUT_CHECK
+from triage.experiments.overlap import OVERLAP_CHECK
 from triage.experiments.registry import Registry
 from triage.experiments.replay import REPLAY
 from triage.records import ExperimentRun
 
-BUILTIN = (DATA_CHECK, REPLAY, LOCATE_NONFINITE, GRADIENT_FLOW, ACTIVATION_HEALTH)
+BUILTIN = (DATA_CHECK, LABEL_CHECK, OVERLAP_CHECK, HISTORY_CHECK, LOOP_DIFF, INIT_LOSS, REPLAY,
+           BATCH_SCAN, LOCATE_NONFINITE, LR_RANGE_TEST, GRADIENT_FLOW, ACTIVATION_HEALTH, LR_TRACE,
+           OUTPUT_CHECK)
 
 
 def default_registry() -> Registry:

@@ -53,6 +53,7 @@ class ReplayOutcome(Outcome):
     loss_end: Optional[float] = Field(default=None, description="Median loss of the last fifth of steps.")
     loss_ratio: Optional[float] = Field(default=None, description="loss_end / loss_start.")
     loss_min: Optional[float] = None
+    loss_max: Optional[float] = None
     log_slope: Optional[float] = Field(default=None, description="Slope of ln(loss) per step.")
     max_rise: Optional[float] = Field(
         default=None, description="Largest rise of the loss above its best so far, in units of loss_start.")
@@ -162,6 +163,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         loss_start=start, loss_end=end,
         loss_ratio=end / start if start and end is not None and t.first_bad is None else None,
         loss_min=min(finite_losses) if finite_losses else None,
+        loss_max=max(finite_losses) if finite_losses else None,
         log_slope=_log_slope(finite_losses),
         max_rise=_max_rise(finite_losses, start),
         max_grad_norm=max(finite_norms) if finite_norms else None,
@@ -197,8 +199,6 @@ def _max_rise(losses: list[float], scale: Optional[float]) -> Optional[float]:
         best = min(best, x)
     return float(rise / scale)
 
-
-_grad_scaler, _reference_step = grad_scaler, reference_step  # TODO(merge): old names, until loop_diff/lr_range move
 
 REPLAY = Experiment(
     name="replay",
