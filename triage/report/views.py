@@ -353,14 +353,17 @@ def _overview_plot(report: Report, references: dict[str, ExperimentRun]) -> Opti
 
 
 def _history_plot(report: Report) -> Optional[str]:
-    if not report.history:
+    train = [p for p in report.history if p.loss is not None]
+    val = [p for p in report.history if p.val_loss is not None]
+    if not train and not val:
         return None
-    losses = [p.loss for p in report.history]
-    bad = next((p.step for p in report.history if not math.isfinite(plots.number(p.loss))), None)
-    return plots.loss_curves([plots.Series(label="the failing run", values=losses,
-                                           steps=[p.step for p in report.history], color=plots.BAD,
-                                           first_nonfinite=bad)],
-                             title="The failing run's loss, up to the checkpoint", wide=True)
+    bad = next((p.step for p in train if not math.isfinite(plots.number(p.loss))), None)
+    series = [plots.Series(label="the failing run (train)", values=[p.loss for p in train],
+                           steps=[p.step for p in train], color=plots.BAD, first_nonfinite=bad)]
+    if val:
+        series.append(plots.Series(label="the failing run (val)", values=[p.val_loss for p in val],
+                                   steps=[p.step for p in val], color=plots.BASELINE))
+    return plots.loss_curves(series, title="The failing run's loss, up to the checkpoint", wide=True)
 
 
 def _location(report: Report) -> list[tuple[str, Any]]:
