@@ -27,9 +27,10 @@ def test_identical_batches_have_no_outlier():
     assert out.outliers == []
 
 
-def test_a_batch_with_a_non_finite_loss_is_the_worst():
+def test_a_batch_with_a_non_finite_loss_is_reported_apart_from_the_outliers():
     batches = digits(6)
     batches[2] = (batches[2][0] * float("nan"), batches[2][1])
     out = run(BATCH_SCAN, session_of(lambda: classifier_setup(batches=batches)))
-    assert out.outliers == [2] and out.worst_batch == 2 and out.worst_z == float("inf")
+    assert out.nonfinite_batches == [2] and out.nonfinite_count == 1 and out.outliers == []
+    assert out.worst_batch == 2 and out.worst_z == float("inf")
     assert max(z for i, z in enumerate(out.z_loss) if i != 2) < 6  # the others are scored among themselves

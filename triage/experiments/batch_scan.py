@@ -31,8 +31,12 @@ class BatchScanOutcome(Outcome):
     grad_norms: list[float] = Field(description="Global gradient norm of each batch.")
     z_loss: list[float] = Field(description="Robust z-score of log loss (inf for a non-finite loss).")
     z_grad: list[float] = Field(description="Robust z-score of log gradient norm.")
-    outliers: list[int] = Field(default_factory=list, description="Batch indices above the threshold.")
+    outliers: list[int] = Field(default_factory=list,
+                                description="Batches with a finite loss whose z is above the threshold.")
     outlier_count: int = 0
+    nonfinite_batches: list[int] = Field(
+        default_factory=list, description="Batches whose loss or gradient is non-finite at these weights.")
+    nonfinite_count: int = 0
     worst_batch: Optional[int] = Field(default=None, description="The batch with the highest z.")
     worst_z: float = Field(default=0.0, description="Its z-score (loss or gradient, whichever is higher).")
     batches_scanned: int = 0
@@ -54,12 +58,15 @@ def measure(ctx: Context, p: BatchScanParams) -> BatchScanOutcome:
     session.restore()  # drop the gradients and any BatchNorm statistics the forwards moved
     z_loss, z_grad = _robust_z(losses, p.mad_floor), _robust_z(norms, p.mad_floor)
     z = [max(a, b) for a, b in zip(z_loss, z_grad)]
-    outliers = [i for i, value in enumerate(z) if value > p.z_threshold]
+    # A batch on which the model itself produces NaN/Inf from finite data (data_check ran before) is
+    # not an outlier of the data but a numerical fault: reported apart, for the locator to explain.
+    nonfinite = [i for i, (a, b) in enumerate(zip(losses, norms)) if not (math.isfinite(a) and math.isfinite(b))]
+    outliers = [i for i, value in enumerate(z) if value > p.z_threshold and i not in nonfinite]
     worst = int(np.argmax(z)) if z else None
     return BatchScanOutcome(
         losses=losses, grad_norms=norms, z_loss=z_loss, z_grad=z_grad, outliers=outliers,
-        outlier_count=len(outliers), worst_batch=worst, worst_z=z[worst] if worst is not None else 0.0,
-        batches_scanned=len(losses),
+        outlier_count=len(outliers), nonfinite_batches=nonfinite, nonfinite_count=len(nonfinite),
+        worst_batch=worst, worst_z=z[worst] if worst is not None else 0.0, batches_scanned=len(losses),
     )
 
 
