@@ -89,8 +89,8 @@ def demo(
         print("\n".join(example_names()))
         return
     with _user_errors(debug):
-        checkpoint = demo_checkpoint(name)
-        entry = f"{example_path(name)}:setup"
+        checkpoint = _shown(demo_checkpoint(name))
+        entry = f"{_shown(example_path(name))}:setup"
         report, files = run_triage(entry, checkpoint, out=out, listener=_listener(output),
                                    command=shlex.join(["triage", "run", "--checkpoint", str(checkpoint), "--entry", entry]))
     _finish(report, files, output)
@@ -120,6 +120,14 @@ def bench(
 
     logging.basicConfig(level=logging.ERROR)
     print_table(run_cases(names or None, steps), sys.stdout)
+
+
+def _shown(path: Path) -> Path:
+    """A path as the reproduce command should show it: relative when it lies under the current folder."""
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
 
 
 class _user_errors:
