@@ -31,12 +31,14 @@ class Listener(Protocol):
     def started(self, node: str, experiment: str, title: Optional[str]) -> None: ...
     def progress(self, done: int, total: int) -> None: ...
     def finished(self, run: ExperimentRun, decision: Decision) -> None: ...
+    def close(self) -> None: ...
 
 
 class SilentListener:
     def started(self, node, experiment, title): pass
     def progress(self, done, total): pass
     def finished(self, run, decision): pass
+    def close(self): pass
 
 
 @dataclass
@@ -88,18 +90,21 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
     path = [playbook.entry]
     node = playbook.entry
     started = time.perf_counter()
-    while isinstance(spec := playbook.spec(node), RunNode):
-        listener.started(node, spec.run, spec.title)
-        run, outcome = run_experiment(session, playbook, node, outcomes, listener)
-        runs[node] = run
-        if outcome is not None:
-            outcomes[node] = outcome
-        decision = _decide(playbook, node, facts, runs, outcomes)
-        decisions.append(decision)
-        listener.finished(run, decision)
-        node = decision.goto
-        path.append(node)
-    session.restore()  # leave the user's objects as they were handed to us
+    try:
+        while isinstance(spec := playbook.spec(node), RunNode):
+            listener.started(node, spec.run, spec.title)
+            run, outcome = run_experiment(session, playbook, node, outcomes, listener)
+            runs[node] = run
+            if outcome is not None:
+                outcomes[node] = outcome
+            decision = _decide(playbook, node, facts, runs, outcomes)
+            decisions.append(decision)
+            listener.finished(run, decision)
+            node = decision.goto
+            path.append(node)
+    finally:
+        listener.close()
+        session.restore()  # leave the user's objects as they were handed to us
     return Walk(path=path, leaf=spec, runs=runs, outcomes=outcomes, decisions=decisions,
                 setup_facts=facts, seconds=time.perf_counter() - started)
 

@@ -7,6 +7,7 @@ import sys
 from typing import Optional
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from triage.records import Decision, ExperimentRun
@@ -23,16 +24,17 @@ def outcome_line(run: ExperimentRun, decision: Decision) -> str:
 
 
 class LiveView:
-    """rich: a progress bar for the experiment running, a line for each one finished."""
+    """rich: one live progress bar for the experiment running; a line above it for each one finished."""
 
     def __init__(self, console: Optional[Console] = None) -> None:
         self.console = console or Console(stderr=True)
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                                  TimeElapsedColumn(), console=self.console, transient=True)
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                                  console=self.console, transient=True)
         self._task = None
 
     def started(self, node: str, experiment: str, title: Optional[str]) -> None:
-        self._progress.start()
+        self._progress.start()  # a no-op once started
         self._task = self._progress.add_task(f"{node}: {title or experiment}", total=None)
 
     def progress(self, done: int, total: int) -> None:
@@ -41,10 +43,12 @@ class LiveView:
 
     def finished(self, run: ExperimentRun, decision: Decision) -> None:
         self._progress.remove_task(self._task)
-        self._progress.stop()
         self._task = None
         mark = _STATUS_MARK[run.status]
-        self.console.print(f"{mark} {outcome_line(run, decision)}", markup=True, highlight=False)
+        self._progress.console.print(f"{mark} {escape(outcome_line(run, decision))}", highlight=False)
+
+    def close(self) -> None:
+        self._progress.stop()
 
 
 class JsonLines:
@@ -61,6 +65,9 @@ class JsonLines:
         self._emit(event="started", node=node, experiment=experiment)
 
     def progress(self, done, total):
+        pass
+
+    def close(self):
         pass
 
     def finished(self, run, decision):
