@@ -38,6 +38,11 @@ def wrong_field():
     return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
                         loss_fn=loss, batches=batches(), precision="fp8")
 
+def on_missing_gpu():
+    model = nn.Linear(4, 2)
+    return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                        loss_fn=loss, batches=batches(), device="cuda:7")
+
 def other_model():
     model = nn.Linear(4, 3)
     return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
@@ -72,6 +77,7 @@ def invoke(*args):
     (["--checkpoint", "ckpt.pt", "--entry", "mymod:wrong_type"], "to return a triage.Setup, found dict"),
     (["--checkpoint", "ckpt.pt", "--entry", "mymod:wrong_field"], "precision: Input should be"),
     (["--checkpoint", "ckpt.pt", "--entry", "mymod:other_model"], "to have the model's shapes"),
+    (["--checkpoint", "ckpt.pt", "--entry", "mymod:on_missing_gpu"], "Expected Setup.device 'cuda:7' to be usable"),
     (["--checkpoint", "ckpt.pt", "--entry", "mymod:setup", "--playbook", "bad.yaml"], "node 'a': runs 'nope'"),
 ])
 def test_bad_input_exits_2_with_a_message(project, args, expected):

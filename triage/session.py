@@ -81,7 +81,7 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
     """A session from a setup function in memory (what tests and the Python API use)."""
     seed_everything(seed)
     setup = call_setup(factory, entry)
-    setup.model.to(setup.device)
+    _move_to_device(setup)
     if checkpoint is not None:
         _load_checkpoint(setup, checkpoint, checkpoint_path)
     batches = _materialise(setup.batches, "batches", setup.device)
@@ -99,6 +99,16 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
         val_batches=val_batches, checkpoint=checkpoint, history=history,
         snapshot=Snapshot.take(setup.model, setup.optimizer, setup.scheduler, setup.scaler),
     )
+
+
+def _move_to_device(setup: Setup) -> None:
+    try:
+        setup.model.to(setup.device)
+    except (RuntimeError, AssertionError) as exc:  # torch asserts when it was built without CUDA
+        raise SetupError(
+            f"Expected Setup.device '{setup.device}' to be usable here, found it is not ({exc}). "
+            "Pass device='cpu' on a machine without that accelerator, or run triage where it is."
+        ) from exc
 
 
 def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> None:
