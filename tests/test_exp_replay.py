@@ -80,6 +80,19 @@ def test_lr_scale_keeps_the_scheduler_shape():
     assert base.lrs[0] > base.lrs[-1]
 
 
+def test_lr_scale_holds_across_a_sequential_warmup_then_cosine_schedule():
+    def warmup_cosine():
+        s = mlp_setup(lr=1.0)
+        warm = torch.optim.lr_scheduler.LinearLR(s.optimizer, start_factor=0.1, total_iters=3)
+        cos = torch.optim.lr_scheduler.CosineAnnealingLR(s.optimizer, T_max=20)
+        sched = torch.optim.lr_scheduler.SequentialLR(s.optimizer, [warm, cos], milestones=[3])
+        return s.model_copy(update={"scheduler": sched})
+
+    base, scaled = replay(warmup_cosine, steps=8), replay(warmup_cosine, steps=8, lr_scale=0.1)
+    assert max(scaled.lrs) <= 0.1 + 1e-9  # past the milestone too
+    assert all(math.isclose(a * 0.1, b) for a, b in zip(base.lrs, scaled.lrs))
+
+
 def test_the_users_loop_runs_their_train_step():
     calls = []
 

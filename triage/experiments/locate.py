@@ -43,7 +43,8 @@ from torch.overrides import TorchFunctionMode, resolve_name
 import triage
 from triage.contract import Precision
 from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.experiments.training import autocast, forward_backward, grad_scaler, loss_value, optimizer_step, scale_lr, trainable
+from triage.experiments.training import (autocast, forward_backward, grad_scaler, loss_value, optimizer_step,
+                                         trainable)
 from triage.snapshot import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ _Kinds = tuple[bool, bool]  # (holds a NaN, holds an Inf)
 
 class LocateParams(Params):
     steps: int = Field(default=40, ge=1, le=100_000, description="Replay at most this many steps.")
-    lr_scale: float = Field(default=1.0, gt=0, description="Multiply the learning rate (and schedule).")
+    lr_scale: float = Field(default=1.0, gt=0, description="Multiply the learning rate at every step.")
     precision: Optional[Precision] = Field(default=None, description="Autocast dtype; None: as the run.")
     anomaly: bool = Field(default=True, description="For a backward culprit, one anomaly-mode pass of "
                                                     "the failing step to find the forward source line.")
@@ -94,7 +95,6 @@ def measure(ctx: Context, p: LocateParams) -> LocateOutcome:
     model, optimizer, scheduler = setup.model, setup.optimizer, setup.scheduler
     precision = p.precision or setup.precision
     scaler = grad_scaler(setup, precision, session.device)
-    scale_lr(optimizer, scheduler, p.lr_scale)
     params = trainable(model)
     model.train()
     for step in range(p.steps):
@@ -102,7 +102,7 @@ def measure(ctx: Context, p: LocateParams) -> LocateOutcome:
             return LocateOutcome(found=False, steps_run=step, truncated=True)
         batch = session.batches[step % len(session.batches)]
         before = _PreStep.take(model)
-        if not _train_step(setup, batch, precision, setup.grad_clip, scaler, session.device, params):
+        if not _train_step(setup, batch, precision, setup.grad_clip, scaler, session.device, params, p.lr_scale):
             before.restore(model)
             return _bisect_step(setup, batch, precision, session.device, before, step, p.anomaly)
         if scheduler is not None:
@@ -111,7 +111,7 @@ def measure(ctx: Context, p: LocateParams) -> LocateOutcome:
     return LocateOutcome(found=False, steps_run=p.steps)
 
 
-def _train_step(setup, batch, precision, clip, scaler, device, params) -> bool:
+def _train_step(setup, batch, precision, clip, scaler, device, params, lr_scale) -> bool:
     """replay's reference step, stopped before the optimizer moves on a non-finite loss or gradient.
 
     Returns whether the step was finite. Under a GradScaler an inf gradient is routine (the
@@ -120,7 +120,7 @@ def _train_step(setup, batch, precision, clip, scaler, device, params) -> bool:
     loss, norm = forward_backward(setup, batch, precision, clip, scaler, device, params)
     if not math.isfinite(loss) or (scaler is None and not math.isfinite(norm)):
         return False
-    optimizer_step(setup, scaler)
+    optimizer_step(setup, scaler, lr_scale)
     return True
 
 

@@ -16,13 +16,13 @@ from pydantic import Field
 from triage.contract import Precision
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.training import (autocast, current_lr, first_examples, grad_norm, grad_scaler,
-                                         loss_value, param_vector_norm, reference_step, scale_lr,
-                                         scale_weight_decay, trainable)
+                                         loss_value, param_vector_norm, reference_step, scale_weight_decay,
+                                         scaled_lr, trainable)
 
 
 class ReplayParams(Params):
     steps: int = Field(default=40, ge=1, le=100_000, description="Optimizer steps to replay.")
-    lr_scale: float = Field(default=1.0, gt=0, description="Multiply the learning rate (and schedule).")
+    lr_scale: float = Field(default=1.0, gt=0, description="Multiply the learning rate at every step.")
     clip: Optional[float] = Field(default=None, gt=0, description="Global grad-norm clip; None: as the run.")
     clip_scale: float = Field(default=1.0, gt=0, description="Multiply the run's own clip threshold.")
     precision: Optional[Precision] = Field(default=None, description="Autocast dtype; None: as the run.")
@@ -95,7 +95,6 @@ def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
     batches = [b for i, b in enumerate(session.batches) if i not in skip] or session.batches[:1]
     if p.subset:
         batches = [first_examples(batches[0], p.subset)]
-    scale_lr(optimizer, scheduler, p.lr_scale)
     scale_weight_decay(optimizer, p.wd_scale)
     params = trainable(model)
     trace = _Trace(start_weights=[q.detach().clone() for q in model.parameters()],
@@ -107,12 +106,14 @@ def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
             trace.truncated = True
             break
         batch = batches[step % len(batches)]
-        trace.lrs.append(current_lr(optimizer))
+        trace.lrs.append(current_lr(optimizer) * p.lr_scale)
         if p.loop == "user":
-            loss = loss_value(setup.train_step(model, optimizer, batch))
+            with scaled_lr(optimizer, p.lr_scale):
+                loss = loss_value(setup.train_step(model, optimizer, batch))
             norm = grad_norm(params)
         else:
-            loss, norm = reference_step(setup, batch, precision, clip, scaler, session.device, params)
+            loss, norm = reference_step(setup, batch, precision, clip, scaler, session.device, params,
+                                        p.lr_scale)
             if scheduler is not None:
                 scheduler.step()
         trace.losses.append(loss)

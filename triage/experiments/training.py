@@ -41,20 +41,22 @@ def forward_backward(setup: Any, batch: Any, precision: str, clip: Optional[floa
     return loss_value(loss), norm
 
 
-def optimizer_step(setup: Any, scaler: Any) -> None:
-    if scaler is not None:
-        scaler.step(setup.optimizer)
-        scaler.update()
-    else:
-        setup.optimizer.step()
+def optimizer_step(setup: Any, scaler: Any, lr_scale: float = 1.0) -> None:
+    with scaled_lr(setup.optimizer, lr_scale):
+        if scaler is not None:
+            scaler.step(setup.optimizer)
+            scaler.update()
+        else:
+            setup.optimizer.step()
 
 
 def reference_step(setup: Any, batch: Any, precision: str, clip: Optional[float], scaler: Any,
-                   device: torch.device, params: list[torch.nn.Parameter]) -> tuple[float, float]:
+                   device: torch.device, params: list[torch.nn.Parameter],
+                   lr_scale: float = 1.0) -> tuple[float, float]:
     """One whole step of the reference loop; a non-finite gradient norm skips the update."""
     loss, norm = forward_backward(setup, batch, precision, clip, scaler, device, params)
     if scaler is not None or math.isfinite(norm):  # a scaler skips inf steps itself
-        optimizer_step(setup, scaler)
+        optimizer_step(setup, scaler, lr_scale)
     return loss, norm
 
 
@@ -77,20 +79,22 @@ def param_vector_norm(model: torch.nn.Module) -> float:
         return float(torch.stack([p.detach().float().norm() for p in model.parameters()]).norm().item())
 
 
-def scale_lr(optimizer: torch.optim.Optimizer, scheduler: Any, factor: float) -> None:
-    """Multiply the learning rate by `factor` so that the scheduler keeps the scaling too.
+@contextlib.contextmanager
+def scaled_lr(optimizer: torch.optim.Optimizer, factor: float) -> Iterator[None]:
+    """Multiply every group's learning rate by `factor` for the steps taken inside, then put it back.
 
-    Schedulers recompute group['lr'] from `base_lrs` (LambdaLR, cosine) or from group keys
-    ('initial_lr', 'max_lr', 'min_lr' for OneCycleLR); scaling all of them keeps the shape.
+    Applied around each optimizer step rather than to the schedule itself: every scheduler (LambdaLR,
+    OneCycleLR, SequentialLR with its children, ...) then computes the LR as it would, and the step
+    uses that LR times `factor`.
     """
-    if factor == 1.0:
-        return
+    saved = [group["lr"] for group in optimizer.param_groups]
     for group in optimizer.param_groups:
-        for key in ("lr", "initial_lr", "max_lr", "min_lr"):
-            if isinstance(group.get(key), (int, float)):
-                group[key] = group[key] * factor
-    if scheduler is not None and hasattr(scheduler, "base_lrs"):
-        scheduler.base_lrs = [lr * factor for lr in scheduler.base_lrs]
+        group["lr"] = group["lr"] * factor
+    try:
+        yield
+    finally:
+        for group, lr in zip(optimizer.param_groups, saved):
+            group["lr"] = lr
 
 
 def scale_weight_decay(optimizer: torch.optim.Optimizer, factor: float) -> None:
