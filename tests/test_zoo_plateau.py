@@ -16,7 +16,6 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from _zoo import mean_loss, resume, train_plain, train_with_val  # noqa: E402
-from triage.experiments.training import scale_lr  # noqa: E402
 
 LN10 = math.log(10)
 
@@ -82,7 +81,8 @@ def test_lr_too_low_plateaus_and_lr_x10_makes_progress(name, tmp_path):
     stuck = train_plain(run, 60)
     assert rel_drop(stuck) < 0.08
     _, run = stuck_run(name, tmp_path)
-    scale_lr(run.optimizer, run.scheduler, 10.0)
+    for group in run.optimizer.param_groups:  # these runs have no scheduler
+        group["lr"] *= 10.0
     faster = train_plain(run, 40)
     assert rel_drop(faster) > 3 * max(rel_drop(stuck), 0.01)
 
