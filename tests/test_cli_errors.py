@@ -43,6 +43,16 @@ def on_missing_gpu():
     return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
                         loss_fn=loss, batches=batches(), device="cuda:7")
 
+def float_loss():
+    model = nn.Linear(4, 2)
+    return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                        loss_fn=lambda m, b: 1.0, batches=batches())
+
+def wrong_batches():
+    model = nn.Linear(4, 2)
+    return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                        loss_fn=loss, batches={"a": 1})
+
 def other_model():
     model = nn.Linear(4, 3)
     return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
@@ -57,6 +67,8 @@ def project(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     model = torch.nn.Linear(4, 2)
     torch.save({"model": model.state_dict()}, tmp_path / "ckpt.pt")
+    adam = torch.optim.Adam(model.parameters())
+    torch.save({"model": model.state_dict(), "optimizer": adam.state_dict()}, tmp_path / "adam.pt")
     (tmp_path / "garbage.pt").write_bytes(b"not a checkpoint at all")
     (tmp_path / "bad.yaml").write_text("name: x\nentry: a\nnodes:\n  a:\n    run: nope\n    otherwise: a\n")
     return tmp_path
@@ -77,6 +89,9 @@ def invoke(*args):
     (["--checkpoint", "ckpt.pt", "--entry", "mymod:wrong_type"], "to return a triage.Setup, found dict"),
     (["--checkpoint", "ckpt.pt", "--entry", "mymod:wrong_field"], "precision: Input should be"),
     (["--checkpoint", "ckpt.pt", "--entry", "mymod:other_model"], "to have the model's shapes"),
+    (["--checkpoint", "ckpt.pt", "--entry", "mymod:float_loss"], "to return a scalar tensor, found float"),
+    (["--checkpoint", "ckpt.pt", "--entry", "mymod:wrong_batches"], "batches: Value error, expected a list"),
+    (["--checkpoint", "adam.pt", "--entry", "mymod:setup"], "lack ['dampening', 'momentum'], which SGD needs"),
     (["--checkpoint", "ckpt.pt", "--entry", "mymod:on_missing_gpu"], "Expected Setup.device 'cuda:7' to be usable"),
     (["--checkpoint", "ckpt.pt", "--entry", "mymod:setup", "--playbook", "bad.yaml"], "node 'a': runs 'nope'"),
 ])

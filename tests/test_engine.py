@@ -67,3 +67,15 @@ def test_the_walk_leaves_the_users_model_as_it_was():
     walk(session, load_playbook())
     after = session.setup.model.state_dict()
     assert all((before[k] == after[k]).all() for k in before)
+
+
+def test_a_run_that_cannot_be_replayed_is_inconclusive_not_healthy():
+    def breaks_on_batch_2():
+        s = mlp_setup()
+        batches = list(s.batches)
+        batches[2] = (batches[2][0][:, :5], batches[2][1])  # a batch of the wrong width
+        return s.model_copy(update={"batches": batches})
+
+    result = walk(session_from_factory(breaks_on_batch_2), load_playbook())
+    assert result.runs["baseline"].status == "error"
+    assert result.leaf.diagnosis == "inconclusive"

@@ -48,7 +48,7 @@ class Setup(BaseModel):
     def _iterable(cls, value: Any) -> Any:
         if value is None or isinstance(value, (list, tuple, torch.utils.data.DataLoader)):
             return value
-        if isinstance(value, Iterable) and not isinstance(value, (str, bytes, torch.Tensor)):
+        if isinstance(value, Iterable) and not isinstance(value, (str, bytes, dict, torch.Tensor)):
             return value
         raise ValueError(f"expected a list of batches or a DataLoader, found {type(value).__name__}")
 

@@ -94,11 +94,35 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
     if history is None:
         history = checkpoint.history if checkpoint else []
     seed_everything(seed)
-    return Session(
+    session = Session(
         setup=setup, factory=factory, entry=entry, seed=seed, batches=batches,
         val_batches=val_batches, checkpoint=checkpoint, history=history,
         snapshot=Snapshot.take(setup.model, setup.optimizer, setup.scheduler, setup.scaler),
     )
+    _check_loss_fn(session)
+    return session
+
+
+def _check_loss_fn(session: Session) -> None:
+    """One forward of the first batch: a loss_fn that cannot run is bad input, not a diagnosis."""
+    setup = session.setup
+    try:
+        with torch.no_grad():
+            loss = setup.loss_fn(setup.model, session.batches[0])
+    except Exception as exc:
+        raise SetupError(
+            f"Expected loss_fn(model, batches[0]) to return the loss, but it raised "
+            f"{type(exc).__name__}: {exc}. Check that loss_fn unpacks your batch layout and that the "
+            "model accepts it (try it in Python on one batch)."
+        ) from exc
+    finally:
+        session.restore()  # the forward may have moved BatchNorm statistics or drawn random numbers
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        found = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise SetupError(
+            f"Expected loss_fn(model, batch) to return a scalar tensor, found {found}. "
+            "Return the mean loss over the batch (e.g. F.cross_entropy(model(x), y))."
+        )
 
 
 def _move_to_device(setup: Setup) -> None:
@@ -121,6 +145,8 @@ def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> None:
             continue
         try:
             target.load_state_dict(state)
+            if name == "optimizer":
+                _check_hyperparameters(target)
         except Exception as exc:
             raise CheckpointError(
                 f"Expected the checkpoint's {name} state to fit the {name} setup() built "
@@ -129,6 +155,15 @@ def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> None:
             ) from exc
     if checkpoint.optimizer_state is None:
         log.warning("checkpoint %s has no optimizer state: replays start with fresh moments", path)
+
+
+def _check_hyperparameters(optimizer: torch.optim.Optimizer) -> None:
+    """Loading an Adam state into SGD 'works' and fails at the first step: catch it here."""
+    for group in optimizer.param_groups:
+        missing = sorted(set(optimizer.defaults) - set(group))
+        if missing:
+            raise ValueError(f"the saved parameter groups lack {missing}, which "
+                             f"{type(optimizer).__name__} needs (was it saved from another optimizer?)")
 
 
 def _materialise(batches: Any, name: str, device: str) -> list[Any]:
