@@ -44,3 +44,14 @@ def test_early_in_a_long_cosine_schedule_the_lr_is_near_its_peak():
     assert out.horizon == 5000 and out.steps[-1] == 5000
     assert len(out.lrs) <= 501  # subsampled (plus the checkpoint's step)
     assert out.lr_end < 1e-6  # cosine to zero at T_max
+
+
+def test_a_low_lr_during_warmup_is_not_past_the_peak():
+    def warmup():
+        setup = classifier_setup(lr=0.1, total_steps=200)
+        scheduler = torch.optim.lr_scheduler.LinearLR(setup.optimizer, start_factor=1e-4, total_iters=100)
+        return setup.model_copy(update={"scheduler": scheduler})
+
+    out = run(LR_TRACE, session_of(warmup, trained_checkpoint(warmup, steps=1)))
+    assert out.lr_now_ratio < 0.01 and not out.past_peak
+    assert run(LR_TRACE, session_of(_step_lr_setup, trained_checkpoint(_step_lr_setup, steps=30))).past_peak

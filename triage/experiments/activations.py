@@ -28,8 +28,10 @@ from torch import nn
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.training import autocast
 
-RECTIFIERS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU,
-              nn.Mish, nn.Hardswish)
+SMOOTH_RECTIFIERS = (nn.LeakyReLU, nn.PReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU, nn.Mish, nn.Hardswish)
+# Units that pass no gradient while never above zero: only these can die. The smooth rectifiers keep
+# a gradient below zero, so theirs are watched for spread but never counted dead.
+RECTIFIERS = (nn.ReLU, nn.ReLU6)
 SQUASHERS = (nn.Sigmoid, nn.Tanh)
 # Layers whose 3-D+ outputs put features on dim 1; any other layer puts them last.
 CHANNELS_FIRST = (nn.modules.conv._ConvNd, nn.modules.batchnorm._BatchNorm, nn.GroupNorm,
@@ -97,8 +99,12 @@ class _Tally:
                 return
         elif self.kind == "Sigmoid":
             self.saturated += int(((y < 1 - SATURATED) | (y > SATURATED)).sum())
-        else:
+        elif self.kind == "Tanh":
             self.saturated += int((y.abs() > SATURATED).sum())
+
+    @property
+    def squasher(self) -> bool:
+        return self.kind in ("Sigmoid", "Tanh")
 
     def health(self, name: str) -> LayerHealth:
         mean = self.sum / max(self.total, 1)
@@ -106,7 +112,7 @@ class _Tally:
         return LayerHealth(
             name=name, kind=self.kind, units=self.units, std=var ** 0.5,
             dead_fraction=1.0 - float(self.ever_active.float().mean()) if self.rectifier else None,
-            saturated_fraction=self.saturated / self.total if not self.rectifier and self.total else None,
+            saturated_fraction=self.saturated / self.total if self.squasher and self.total else None,
         )
 
 
@@ -119,7 +125,7 @@ class _Watch:
         self.channels_first = False
         self.handles = []
         for name, module in model.named_modules():
-            if isinstance(module, RECTIFIERS + SQUASHERS):
+            if isinstance(module, RECTIFIERS + SMOOTH_RECTIFIERS + SQUASHERS):
                 self.handles.append(module.register_forward_hook(self._activation(name)))
             elif isinstance(module, FEATURE_LAYERS):
                 self.handles.append(module.register_forward_hook(self._feature_layer))

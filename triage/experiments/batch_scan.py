@@ -37,7 +37,8 @@ class BatchScanOutcome(Outcome):
     nonfinite_batches: list[int] = Field(
         default_factory=list, description="Batches whose loss or gradient is non-finite at these weights.")
     nonfinite_count: int = 0
-    worst_batch: Optional[int] = Field(default=None, description="The batch with the highest z.")
+    worst_batch: Optional[int] = Field(
+        default=None, description="The outlier with the highest z (else the highest-z batch of all).")
     worst_z: float = Field(default=0.0, description="Its z-score (loss or gradient, whichever is higher).")
     batches_scanned: int = 0
 
@@ -62,7 +63,8 @@ def measure(ctx: Context, p: BatchScanParams) -> BatchScanOutcome:
     # not an outlier of the data but a numerical fault: reported apart, for the locator to explain.
     nonfinite = [i for i, (a, b) in enumerate(zip(losses, norms)) if not (math.isfinite(a) and math.isfinite(b))]
     outliers = [i for i, value in enumerate(z) if value > p.z_threshold and i not in nonfinite]
-    worst = int(np.argmax(z)) if z else None
+    candidates = outliers or list(range(len(z)))
+    worst = max(candidates, key=lambda i: z[i]) if z else None
     return BatchScanOutcome(
         losses=losses, grad_norms=norms, z_loss=z_loss, z_grad=z_grad, outliers=outliers,
         outlier_count=len(outliers), nonfinite_batches=nonfinite, nonfinite_count=len(nonfinite),

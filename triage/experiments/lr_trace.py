@@ -31,6 +31,8 @@ class LrTraceOutcome(Outcome):
     lr_now: float = Field(description="The optimizer's LR at the checkpoint.")
     lr_peak: float = Field(description="The highest LR of the schedule (or lr_now, if higher).")
     lr_now_ratio: float = Field(description="lr_now / lr_peak: ~0 is a schedule that has decayed away.")
+    past_peak: bool = Field(default=False, description="The checkpoint's step is at or after the schedule's "
+                                                       "peak (a low LR before it is warmup, not decay).")
     lr_end: Optional[float] = Field(default=None, description="The LR at the end of the trace.")
     horizon: int = Field(description="Steps the trace was meant to cover.")
     truncated: bool = Field(default=False, description="The schedule ended early or time ran out.")
@@ -81,6 +83,7 @@ def measure(ctx: Context, p: LrTraceParams) -> LrTraceOutcome:
         has_scheduler=True, steps=[int(i) for i in keep], lrs=[float(lrs[i]) for i in keep],
         checkpoint_step=checkpoint_step, lr_now=lr_now, lr_peak=peak,
         lr_now_ratio=lr_now / peak if peak > 0 else 0.0, lr_end=lrs[-1], horizon=horizon, truncated=truncated,
+        past_peak=checkpoint_step is not None and checkpoint_step >= int(np.argmax(lrs)),
     )
 
 
