@@ -53,5 +53,5 @@ def test_a_low_lr_during_warmup_is_not_past_the_peak():
         return setup.model_copy(update={"scheduler": scheduler})
 
     out = run(LR_TRACE, session_of(warmup, trained_checkpoint(warmup, steps=1)))
-    assert out.lr_now_ratio < 0.01 and not out.past_peak
+    assert out.lr_now_ratio < 0.02 and not out.past_peak  # step 1 of a 1e-4 → 1 warmup
     assert run(LR_TRACE, session_of(_step_lr_setup, trained_checkpoint(_step_lr_setup, steps=30))).past_peak
