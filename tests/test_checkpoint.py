@@ -87,3 +87,22 @@ def test_a_dict_without_model_weights_says_which_keys_it_found(tmp_path):
     torch.save({"epoch": 3, "weights": [1, 2]}, tmp_path / "x.pt")
     with pytest.raises(CheckpointError, match=r"found the entries \['epoch', 'weights'\]"):
         read_checkpoint(tmp_path / "x.pt")
+
+
+def test_history_in_any_of_the_saved_shapes():
+    from triage.history import history_from_value
+
+    as_columns = history_from_value({"step": [0, 5], "loss": [2.0, 1.0], "val_loss": [2.1, 1.4]})
+    assert [(p.step, p.loss, p.val_loss) for p in as_columns] == [(0, 2.0, 2.1), (5, 1.0, 1.4)]
+    assert [p.loss for p in history_from_value([3.0, "oops", 2.0])] == [3.0, 2.0]
+    assert history_from_value([{"loss": "n/a", "step": 1}]) == []
+
+
+def test_an_unreadable_history_file_is_a_clear_error(tmp_path):
+    from triage.history import read_history_file
+
+    (tmp_path / "h.jsonl").write_text('{"loss": 1.0}\n{not json\n')
+    with pytest.raises(CheckpointError, match="unreadable"):
+        read_history_file(tmp_path / "h.jsonl")
+    (tmp_path / "h.csv").write_text("step,loss\n0,2.5\n1,2.0\n")
+    assert [p.loss for p in read_history_file(tmp_path / "h.csv")] == [2.5, 2.0]

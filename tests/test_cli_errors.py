@@ -103,6 +103,21 @@ def test_bad_input_exits_2_with_a_message(project, args, expected):
     assert not (project / "out").exists()
 
 
+def test_an_out_folder_that_cannot_be_written_fails_before_any_experiment(project):
+    (project / "taken").write_text("a file, not a folder")
+    result = CliRunner().invoke(app, ["run", "--checkpoint", "ckpt.pt", "--entry", "mymod:setup",
+                                      "--out", "taken", "--output", "quiet"])
+    assert result.exit_code == 2 and "Expected --out 'taken' to be a folder" in " ".join(result.output.split())
+
+
+def test_steps_outside_a_replays_range_is_refused(project):
+    import triage
+
+    with pytest.raises(triage.TriageError, match="Expected --steps to be a valid replay length"):
+        triage.run("mymod:setup", "ckpt.pt", out="out", steps=10**9)
+    assert CliRunner().invoke(app, ["run", "--entry", "mymod:setup", "--steps", "0"]).exit_code == 2
+
+
 def test_a_real_process_exits_2_without_a_traceback(project):
     proc = subprocess.run([sys.executable, "-m", "triage", "run", "--checkpoint", "missing.pt",
                            "--entry", "mymod:setup"], capture_output=True, text=True, cwd=project)

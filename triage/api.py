@@ -8,7 +8,10 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
+import pydantic
+
 from triage.engine import Listener, walk
+from triage.errors import TriageError
 from triage.playbook import Playbook, load_playbook
 from triage.report import Report, write_report
 from triage.report.build import build_report
@@ -22,19 +25,42 @@ def run(entry: str, checkpoint: Optional[Path] = None, *, out: Optional[Path] = 
     """Triage one run: load, walk the playbook, write the report. Returns it and the files written."""
     book = with_steps(load_playbook(playbook), steps)  # validate the playbook before anything runs
     session = open_session(entry, checkpoint, seed=seed, history_path=history, trust_checkpoint=trust_checkpoint)
+    out = _writable_dir(Path(out) if out else default_out_dir())
     result = walk(session, book, listener)
     report = build_report(result, session, book, command or _command(entry, checkpoint, playbook, steps, seed),
                           str(checkpoint) if checkpoint else None)
-    return report, write_report(report, Path(out) if out else default_out_dir())
+    return report, write_report(report, out)
+
+
+REPLAYING = ("replay", "locate_nonfinite")  # the experiments whose `steps` is the replay's length
 
 
 def with_steps(book: Playbook, steps: Optional[int]) -> Playbook:
-    """Override the length of every experiment that has a `steps` parameter."""
+    """Override the length of every replay (`--steps`), validated like the playbook's own values."""
     if steps is None:
         return book
-    params = {node: p.model_copy(update={"steps": steps}) if "steps" in type(p).model_fields else p
-              for node, p in book.params.items()}
+    params = dict(book.params)
+    for node, p in book.params.items():
+        if book.spec(node).run in REPLAYING:
+            try:
+                params[node] = type(p).model_validate({**p.model_dump(), "steps": steps})
+            except pydantic.ValidationError as exc:
+                raise TriageError(f"Expected --steps to be a valid replay length, found {steps} "
+                                  f"({exc.errors()[0]['msg']}). Pass a number like 40.") from None
     return dataclasses.replace(book, params=params)
+
+
+def _writable_dir(out: Path) -> Path:
+    """Fail before the experiments, not after them, when the report cannot be written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".triage-write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise TriageError(f"Expected --out '{out}' to be a folder triage can write, found it cannot "
+                          f"({exc.strerror or exc}). Pass another folder.") from None
+    return out
 
 
 def default_out_dir() -> Path:

@@ -132,7 +132,10 @@ def _read_hf_folder(folder: Path, trusted: bool) -> Checkpoint:
                 f"Expected to read '{weights}', but the safetensors package is not installed. "
                 "Run `pip install safetensors`."
             ) from exc
-        model_state = load_file(str(weights), device="cpu")
+        try:
+            model_state = load_file(str(weights), device="cpu")
+        except Exception as exc:  # safetensors raises its own SafetensorError
+            raise CheckpointError(_unreadable(weights, exc)) from exc
     elif (folder / "pytorch_model.bin").exists():
         model_state = _load(folder / "pytorch_model.bin", trusted)
     else:
@@ -141,7 +144,11 @@ def _read_hf_folder(folder: Path, trusted: bool) -> Checkpoint:
             "model.safetensors or pytorch_model.bin, found neither. Pass the checkpoint-N folder itself."
         )
     state_file = folder / "trainer_state.json"
-    trainer_state = json.loads(state_file.read_text()) if state_file.exists() else {}
+    try:
+        trainer_state = json.loads(state_file.read_text()) if state_file.exists() else {}
+    except ValueError as exc:
+        raise CheckpointError(f"Expected '{state_file}' to be JSON, found it unreadable ({exc}). "
+                              "Fix or remove it (it only carries the step and the loss history).") from None
     optional = {name: folder / f"{name}.pt" for name in ("optimizer", "scheduler", "scaler")}
     parts = {name: _load(p, trusted) if p.exists() else None for name, p in optional.items()}
     return Checkpoint(

@@ -29,10 +29,11 @@ def history_from_value(value: Any) -> list[HistoryPoint]:
     """A checkpoint's `history`: a list of losses, a list of dicts, or a dict of lists."""
     if value is None:
         return []
-    if isinstance(value, dict):
-        losses = next((value[k] for k in _LOSS_KEYS if k in value), [])
-        steps = value.get("step") or range(len(losses))
-        return [HistoryPoint(step=int(s), loss=float(v)) for s, v in zip(steps, losses)]
+    if isinstance(value, dict):  # columns: {"loss": [...], "val_loss": [...], "step": [...]}
+        columns = {k: list(v) for k, v in value.items() if isinstance(v, (list, tuple))}
+        length = max((len(v) for v in columns.values()), default=0)
+        rows = [{k: v[i] for k, v in columns.items() if i < len(v)} for i in range(length)]
+        return history_from_log_entries(rows)
     if isinstance(value, (list, tuple)):
         if all(isinstance(v, dict) for v in value):
             return history_from_log_entries(value)
@@ -45,8 +46,9 @@ def history_from_log_entries(entries: Iterable[dict[str, Any]]) -> list[HistoryP
     for i, entry in enumerate(entries):
         loss = _first_number(entry, _LOSS_KEYS)
         val_loss = _first_number(entry, _VAL_KEYS)
-        if loss is not None or val_loss is not None:
-            points.append(HistoryPoint(step=int(entry.get("step", i)), loss=loss, val_loss=val_loss))
+        step = entry.get("step", i)
+        if (loss is not None or val_loss is not None) and _is_number(step):
+            points.append(HistoryPoint(step=int(float(step)), loss=loss, val_loss=val_loss))
     return points
 
 
@@ -64,13 +66,19 @@ def read_history_file(path: Path) -> list[HistoryPoint]:
             "trainer_state.json with a 'loss' per step."
         )
     text = path.read_text()
-    if path.suffix == ".csv":
-        points = history_from_log_entries(_numeric_rows(csv.DictReader(text.splitlines())))
-    elif path.suffix == ".jsonl":
-        points = history_from_log_entries(json.loads(line) for line in text.splitlines() if line.strip())
-    else:
-        data = json.loads(text)
-        points = history_from_log_entries(data.get("log_history", [])) if isinstance(data, dict) else []
+    try:
+        if path.suffix == ".csv":
+            points = history_from_log_entries(_numeric_rows(csv.DictReader(text.splitlines())))
+        elif path.suffix == ".jsonl":
+            points = history_from_log_entries(json.loads(line) for line in text.splitlines() if line.strip())
+        else:
+            data = json.loads(text)
+            points = history_from_log_entries(data.get("log_history", [])) if isinstance(data, dict) else []
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise CheckpointError(
+            f"Expected '{path}' to be a CSV, JSON lines or trainer_state.json history, found it "
+            f"unreadable ({exc}). Fix the file or drop --history."
+        ) from None
     if not points:
         raise CheckpointError(
             f"Expected '{path}' to carry a loss per step (a column or key named "
