@@ -23,7 +23,7 @@ def test_nan_and_inf_are_named_by_batch_and_key_in_nested_batches():
         return s.model_copy(update={"batches": batches, "loss_fn": lambda m, b: m(b["inputs"][0]).sum()})
 
     out = check(nested)
-    assert out.nonfinite_count == 2 and out.first_bad_batch == 3
+    assert out.nonfinite_count == 2 and out.train_nonfinite_count == 2 and out.first_bad_batch == 3
     first = out.nonfinite[0]
     assert (first.split, first.batch, first.key, first.nan, first.inf) == ("train", 3, "['inputs'][0]", 3, 0)
     assert (out.nonfinite[1].batch, out.nonfinite[1].inf) == (4, 1)
@@ -34,4 +34,4 @@ def test_validation_batches_are_checked_too():
     val[0][0][0, 0] = float("nan")
     out = check(lambda: mlp_setup(val_batches=val))
     assert [(f.split, f.batch) for f in out.nonfinite] == [("val", 0)]
-    assert out.first_bad_batch is None  # no train batch is bad
+    assert out.first_bad_batch is None and out.train_nonfinite_count == 0  # no train batch is bad

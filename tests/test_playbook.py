@@ -92,3 +92,40 @@ def test_unreachable_nodes_are_errors_with_their_line(tmp_path):
 def test_a_yaml_syntax_error_names_the_line(tmp_path):
     with pytest.raises(PlaybookError, match=r"book.yaml:\d+: expected valid YAML"):
         load_playbook(write(tmp_path, "name: x\nnodes: [\n"))
+
+
+def test_a_teams_experiments_are_imported_from_beside_the_playbook(tmp_path):
+    (tmp_path / "team_checks.py").write_text(textwrap.dedent("""
+        from triage import Experiment, Outcome, Params
+
+        class NoParams(Params):
+            pass
+
+        class Count(Outcome):
+            batches: int
+
+        EXPERIMENTS = [Experiment("count_batches", "counts batches", NoParams, Count,
+                                  lambda ctx, p: Count(batches=len(ctx.session.batches)))]
+    """))
+    path = write(tmp_path, """
+        name: team
+        entry: count
+        imports: [team_checks]
+        nodes:
+          count:
+            run: count_batches
+            branches:
+              - when: count.batches > 100
+                goto: many
+            otherwise: fine
+          many:
+            diagnosis: too_many_batches
+            title: Too many batches
+            fix: fewer
+          fine:
+            diagnosis: healthy
+            fix: nothing
+    """)
+    book = load_playbook(path)
+    assert book.registry.get("count_batches") is not None
+    assert book.spec("many").diagnosis == "too_many_batches"

@@ -78,6 +78,8 @@ def lookup(node: str, name: str, facts: dict[str, Any], runs: dict[str, Experime
         return None
     if name in ("status", "seconds"):
         return getattr(run, name)
+    if run.status != "ok":  # a partial measurement would make the verdict depend on machine speed
+        return None
     return getattr(outcomes.get(node), name, None)
 
 
@@ -117,6 +119,7 @@ def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: di
     session.restore()
     ctx = Context(session=session, budget_s=spec.budget_s, outcomes=dict(outcomes), progress=listener.progress)
     outcome, status, error = None, "ok", None
+    anomaly_was_on = torch.is_anomaly_enabled()
     t0 = time.perf_counter()
     try:
         outcome = experiment.measure(ctx, params)
@@ -126,9 +129,9 @@ def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: di
         status, error = "error", traceback.format_exc()
         log.warning("experiment %s at node %s raised:\n%s", spec.run, node, error)
     finally:
-        torch.autograd.set_detect_anomaly(False)
+        torch.autograd.set_detect_anomaly(anomaly_was_on)  # an experiment that raised may have left it on
     seconds = time.perf_counter() - t0
-    if status == "ok" and seconds > spec.budget_s:
+    if status == "ok" and (seconds > spec.budget_s or getattr(outcome, "truncated", False)):
         status = "timeout"
     run = ExperimentRun(node=node, experiment=spec.run, summary=experiment.summary,
                         params=params.model_dump(mode="json"), status=status, error=error,

@@ -25,7 +25,8 @@ class NonFiniteTensor(Outcome):
 class DataCheckOutcome(Outcome):
     batches_checked: int
     tensors_checked: int
-    nonfinite_count: int = Field(description="Tensors holding a NaN or Inf.")
+    nonfinite_count: int = Field(description="Tensors holding a NaN or Inf, train and val.")
+    train_nonfinite_count: int = Field(default=0, description="Of those, in the training batches.")
     nonfinite: list[NonFiniteTensor] = Field(default_factory=list)
     first_bad_batch: int | None = Field(default=None, description="Index of the first bad train batch.")
 
@@ -48,7 +49,8 @@ def measure(ctx: Context, p: DataCheckParams) -> DataCheckOutcome:
                                                  numel=tensor.numel()))
     train_bad = [f.batch for f in found if f.split == "train"]
     return DataCheckOutcome(batches_checked=batches, tensors_checked=tensors, nonfinite_count=len(found),
-                            nonfinite=found, first_bad_batch=min(train_bad) if train_bad else None)
+                            train_nonfinite_count=len(train_bad), nonfinite=found,
+                            first_bad_batch=min(train_bad) if train_bad else None)
 
 
 DATA_CHECK = Experiment(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -123,6 +124,10 @@ def _pydantic_message(exc: pydantic.ValidationError) -> str:
 
 
 def _import_experiments(book: PlaybookFile, registry: Registry, where: _Where) -> None:
+    # Like --entry: a team's modules live beside the playbook or in the folder triage runs from.
+    for folder in (str(where.path.resolve().parent), str(Path.cwd())):
+        if book.imports and folder not in sys.path:
+            sys.path.insert(0, folder)
     for module_name in book.imports:
         try:
             module = importlib.import_module(module_name)
