@@ -99,6 +99,8 @@ def _import_failed(module_part: str, exc: BaseException) -> str:
 
 
 def _user_frame(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError) and exc.filename:  # its traceback ends inside importlib
+        return f"  at {exc.filename}:{exc.lineno}\n"
     frames = traceback.extract_tb(exc.__traceback__)
     frame = frames[-1] if frames else None
     return f"  at {frame.filename}:{frame.lineno} in {frame.name}\n" if frame else ""

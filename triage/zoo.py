@@ -6,6 +6,7 @@ with the fix applied) and write_checkpoint(path) (trains the faulty run and save
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
@@ -38,7 +39,11 @@ def load_example(name: str) -> ModuleType:
         sys.path.insert(0, str(path.parent))  # examples import their shared helpers
     spec = importlib.util.spec_from_file_location(f"triage_zoo_{name}", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:
+        raise EntryError(f"Expected the zoo's dependencies to be installed, found '{exc.name}' missing. "
+                         "Run `pip install -e \".[examples]\"` (the zoo uses scikit-learn's bundled digits).") from exc
     return module
 
 
@@ -47,8 +52,9 @@ def cache_dir() -> Path:
 
 
 def demo_checkpoint(name: str) -> Path:
-    """The example's checkpoint, written on first use."""
-    path = cache_dir() / f"{name}.pt"
+    """The example's checkpoint, written on first use (and again whenever the example's code changes)."""
+    source = example_path(name).read_bytes() + (examples_dir() / "_zoo.py").read_bytes()
+    path = cache_dir() / f"{name}-{hashlib.sha256(source).hexdigest()[:10]}.pt"
     if not path.exists():
         load_example(name).write_checkpoint(path)
     return path

@@ -21,7 +21,7 @@ class GradientFlowParams(Params):
     batches: int = Field(default=1, ge=1, description="Snapshot batches to average the gradient over.")
 
 
-class LayerNorm(Outcome):
+class ParamGradNorm(Outcome):
     """One parameter's gradient: its L2 norm (0.0 when it got none) and its size."""
 
     name: str
@@ -31,7 +31,7 @@ class LayerNorm(Outcome):
 
 class GradientFlowOutcome(Outcome):
     loss: Optional[float] = Field(default=None, description="Mean loss over the batches used.")
-    layer_norms: list[LayerNorm] = Field(description="Per parameter, in registration (depth) order.")
+    layer_norms: list[ParamGradNorm] = Field(description="Per parameter, in registration (depth) order.")
     trainable_count: int = Field(description="Parameters with requires_grad that the optimizer holds.")
     no_grad: list[str] = Field(description="Trainable parameters whose grad is None or exactly zero.")
     no_grad_count: int
@@ -84,7 +84,7 @@ def _summarise(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: f
     with_grad = [norms[n] for n, q in named if q.grad is not None]
     return GradientFlowOutcome(
         loss=loss,
-        layer_norms=[LayerNorm(name=n, norm=norms[n] or 0.0, numel=q.numel()) for n, q in named],
+        layer_norms=[ParamGradNorm(name=n, norm=norms[n] or 0.0, numel=q.numel()) for n, q in named],
         trainable_count=len(trainable),
         no_grad=[n for n, _ in no_grad], no_grad_count=len(no_grad),
         no_grad_fraction=_elements(no_grad) / (_elements(trainable) or 1),

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.training import (autocast, grad_norm, grad_scaler, loss_value, reference_step,
+                                         untouched_buffers_and_rng,
                                          trainable)
 
 
@@ -134,11 +135,12 @@ def _fresh_grad_norm(setup, batch: Any, params: list[torch.nn.Parameter], device
     """|grad| of the loss on `batch` at the current weights, leaving every `.grad` as it was."""
     if not params:
         return 0.0
-    with autocast(setup.precision, device):
-        loss = setup.loss_fn(setup.model, batch)
-    if not loss.requires_grad:
-        return 0.0
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    with untouched_buffers_and_rng(setup.model):
+        with autocast(setup.precision, device):
+            loss = setup.loss_fn(setup.model, batch)
+        if not loss.requires_grad:
+            return 0.0
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
     norms = [g.detach().float().norm() for g in grads if g is not None]
     return float(torch.stack(norms).norm()) if norms else 0.0
 

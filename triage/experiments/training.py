@@ -60,6 +60,22 @@ def reference_step(setup: Any, batch: Any, precision: str, clip: Optional[float]
     return loss, norm
 
 
+@contextlib.contextmanager
+def untouched_buffers_and_rng(model: torch.nn.Module) -> Iterator[None]:
+    """An extra forward inside someone else's run: BatchNorm statistics and RNG streams stay as they were."""
+    from triage.snapshot import rng_state, set_rng_state
+
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    rng = rng_state()
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                b.copy_(buffers[name])
+        set_rng_state(rng)
+
+
 def loss_value(loss: Any) -> float:
     return float(loss.detach().float().item()) if isinstance(loss, torch.Tensor) else float(loss)
 

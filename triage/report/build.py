@@ -69,8 +69,12 @@ def _location(leaf: LeafNode, walk: Walk) -> Location:
     values: dict[str, Any] = {}
     for key, reference in leaf.location.items():
         value = parse_condition(reference).value(walk.lookup)
-        if value not in (None, [], ""):
-            values[key] = [str(v) for v in value] if key == "parameters" else value
+        if value in (None, [], ""):
+            continue
+        if key == "parameters":
+            values[key] = [value] if isinstance(value, str) else [str(v) for v in value]
+        else:
+            values[key] = value
     return Location(**values)
 
 

@@ -204,11 +204,13 @@ def _own_figures(decision: Optional[Decision], node: str) -> dict[str, Any]:
 
 
 def _references(report: Report) -> dict[str, ExperimentRun]:
-    """Each experiment's reference: the first run of the same experiment on the path (the baseline)."""
+    """Each experiment's reference: the first run of the same experiment on the path that starts
+    from the checkpoint (the baseline; a replay from a fresh init is an intervention, not a reference)."""
     first: dict[str, ExperimentRun] = {}
     for run in report.experiments:
-        first.setdefault(run.experiment, run)
-    return {run.node: first[run.experiment] for run in report.experiments}
+        if run.params.get("init", "checkpoint") == "checkpoint":
+            first.setdefault(run.experiment, run)
+    return {run.node: first.get(run.experiment, run) for run in report.experiments}
 
 
 def _series(run: ExperimentRun, key: str, color: str, label: Optional[str] = None, **kw) -> Optional[plots.Series]:
