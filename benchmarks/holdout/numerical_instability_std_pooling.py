@@ -1,8 +1,8 @@
 """numerical_instability (sqrt without eps, backward): an x-vector-style classifier of synthetic multichannel
 "audio" frames, a few clips digital silence (exact zeros, a class of its own): TDNN layers ("valid" Conv1d-ReLU),
-then statistics pooling (mean and standard deviation over time) written as sqrt(var) with no eps. On a silent clip every unit is constant over time and var = 0: the forward is a finite 0,
-but sqrt's gradient there is 1/(2*sqrt(0)) = Inf and the step's gradients turn NaN, at any learning rate.
-Fix: sqrt(var + 1e-5)."""
+then statistics pooling (mean and standard deviation over time) written as sqrt(var) with no eps. On a silent
+clip every unit is constant over time and var = 0: the forward is a finite 0, but sqrt's gradient there is
+1/(2*sqrt(0)) = Inf and the step's gradients turn NaN, at any learning rate. Fix: sqrt(var + 1e-5)."""
 
 from __future__ import annotations
 
