@@ -106,3 +106,24 @@ def test_a_healthy_mlp_is_quiet(batches):
     assert 0.1 < out.early_late_ratio < 10  # within an order of magnitude; vanishing is orders below
     assert [layer.name for layer in out.layer_norms] == [n for n, _ in model.named_parameters()]
     assert 0 < out.min_layer_norm <= out.max_layer_norm
+
+
+def test_dead_units_zero_the_gradient_through_an_intact_graph():
+    import torch
+    from torch import nn
+
+    from tests.tiny import context, cross_entropy, blobs
+    import triage
+
+    def dead():
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+        with torch.no_grad():
+            model[0].bias.fill_(-100.0)  # every unit of the first layer is off for every example
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                            loss_fn=cross_entropy, batches=blobs())
+
+    from triage.experiments.gradient_flow import GRADIENT_FLOW, GradientFlowParams
+
+    out = GRADIENT_FLOW.measure(context(dead), GradientFlowParams())
+    assert out.no_grad == [] and set(out.zero_grad) == {"0.weight", "0.bias"}
+    assert out.zero_grad_fraction > 0.5

@@ -33,9 +33,13 @@ class GradientFlowOutcome(Outcome):
     loss: Optional[float] = Field(default=None, description="Mean loss over the batches used.")
     layer_norms: list[ParamGradNorm] = Field(description="Per parameter, in registration (depth) order.")
     trainable_count: int = Field(description="Parameters with requires_grad that the optimizer holds.")
-    no_grad: list[str] = Field(description="Trainable parameters whose grad is None or exactly zero.")
+    no_grad: list[str] = Field(description="Trainable parameters that got no gradient at all (grad None): "
+                                           "the graph from them to the loss is cut.")
     no_grad_count: int
     no_grad_fraction: float = Field(description="Of the trainable parameters' elements.")
+    zero_grad: list[str] = Field(default_factory=list, description="Trainable parameters whose gradient is "
+                                 "exactly zero through an intact graph (e.g. behind dead units).")
+    zero_grad_fraction: float = Field(default=0.0, description="Of the trainable parameters' elements.")
     frozen: list[str] = Field(description="Parameters with requires_grad=False.")
     frozen_count: int
     frozen_fraction: float = Field(description="Of all parameter elements.")
@@ -80,7 +84,8 @@ def _summarise(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: f
     outside = [(n, q) for n, q in named if q.requires_grad and id(q) not in in_optimizer]
     trainable = [(n, q) for n, q in named if q.requires_grad and id(q) in in_optimizer]
     norms = {n: _grad_norm(q) for n, q in named}
-    no_grad = [(n, q) for n, q in trainable if not norms[n]]
+    no_grad = [(n, q) for n, q in trainable if norms[n] is None]
+    zero_grad = [(n, q) for n, q in trainable if norms[n] == 0.0]
     with_grad = [norms[n] for n, q in named if q.grad is not None]
     return GradientFlowOutcome(
         loss=loss,
@@ -88,6 +93,7 @@ def _summarise(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: f
         trainable_count=len(trainable),
         no_grad=[n for n, _ in no_grad], no_grad_count=len(no_grad),
         no_grad_fraction=_elements(no_grad) / (_elements(trainable) or 1),
+        zero_grad=[n for n, _ in zero_grad], zero_grad_fraction=_elements(zero_grad) / (_elements(trainable) or 1),
         frozen=[n for n, _ in frozen], frozen_count=len(frozen), frozen_fraction=_elements(frozen) / total,
         not_in_optimizer=[n for n, _ in outside], not_in_optimizer_count=len(outside),
         not_in_optimizer_fraction=_elements(outside) / total,

@@ -186,16 +186,21 @@ def _log_slope(losses: list[float]) -> Optional[float]:
     return float(np.polyfit(np.arange(len(positive)), np.log(positive), 1)[0])
 
 
-def _max_rise(losses: list[float], scale: Optional[float]) -> Optional[float]:
-    """max_t (loss_t - min_{s<t} loss_s) / scale: a spike, measured against where the replay began.
+RISE_WINDOW = 5  # steps: a spike that matters lasts; one hard batch is batch_scan's business
 
-    Relative to the start rather than to the best loss, so that a healthy run whose loss nears
-    zero does not count its minibatch noise as spikes.
+
+def _max_rise(losses: list[float], scale: Optional[float]) -> Optional[float]:
+    """max_t (m_t - min_{s<t} m_s) / scale, on m = the running median of the last 5 losses.
+
+    A spike measured against where the replay began, so that a healthy run whose loss nears zero
+    does not count its noise as spikes; on a running median, so that one hard minibatch among easy
+    ones is not a spike either.
     """
     if len(losses) < 2 or not scale or scale <= 0:
         return None
-    best, rise = losses[0], 0.0
-    for x in losses[1:]:
+    smooth = [float(np.median(losses[max(0, t - RISE_WINDOW + 1):t + 1])) for t in range(len(losses))]
+    best, rise = smooth[0], 0.0
+    for x in smooth[1:]:
         rise = max(rise, x - best)
         best = min(best, x)
     return float(rise / scale)
