@@ -29,7 +29,11 @@ class ReplayParams(Params):
     subset: Optional[int] = Field(default=None, ge=1, description="Train on the first N examples only.")
     skip_batches: list[int] = Field(default_factory=list, description="Snapshot batch indices to leave out.")
     skip_outliers_of: Optional[str] = Field(
-        default=None, description="Leave out the batches a batch_scan node flagged (its node id).")
+        default=None, description="Leave out the batches a batch_scan node flagged (its node id).",
+        json_schema_extra={"node_runs": "batch_scan"})
+    lr_scale_from: Optional[str] = Field(
+        default=None, description="Multiply the lr by the suggested_ratio an lr_range_test node measured.",
+        json_schema_extra={"node_runs": "lr_range_test"})
     wd_scale: float = Field(default=1.0, ge=0, description="Multiply the weight decay.")
     loop: Literal["reference", "user"] = Field(default="reference", description="Whose step to run.")
     init: Literal["checkpoint", "setup", "default"] = Field(
@@ -96,6 +100,7 @@ def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
     if p.subset:
         batches = [first_examples(batches[0], p.subset)]
     scale_weight_decay(optimizer, p.wd_scale)
+    lr_scale = p.lr_scale * _suggested_ratio(ctx, p.lr_scale_from)
     params = trainable(model)
     trace = _Trace(start_weights=[q.detach().clone() for q in model.parameters()],
                    weight_norm_start=param_vector_norm(model))
@@ -106,14 +111,14 @@ def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
             trace.truncated = True
             break
         batch = batches[step % len(batches)]
-        trace.lrs.append(current_lr(optimizer) * p.lr_scale)
+        trace.lrs.append(current_lr(optimizer) * lr_scale)
         if p.loop == "user":
-            with scaled_lr(optimizer, p.lr_scale):
+            with scaled_lr(optimizer, lr_scale):
                 loss = loss_value(setup.train_step(model, optimizer, batch))
             norm = grad_norm(params)
         else:
             loss, norm = reference_step(setup, batch, precision, clip, scaler, session.device, params,
-                                        p.lr_scale)
+                                        lr_scale)
             if scheduler is not None:
                 scheduler.step()
         trace.losses.append(loss)
@@ -127,6 +132,15 @@ def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
             trace.first_bad = step
             break
     return _summarise(trace, model, clip, skip)
+
+
+def _suggested_ratio(ctx: Context, node: Optional[str]) -> float:
+    if node is None:
+        return 1.0
+    ratio = getattr(ctx.outcomes.get(node), "suggested_ratio", None)
+    if not ratio or ratio <= 0:
+        raise ValueError(f"node '{node}' measured no suggested_ratio to scale the lr by")
+    return float(ratio)
 
 
 def _flagged_batches(ctx: Context, node: Optional[str]) -> list[int]:

@@ -243,6 +243,7 @@ def _check_references(graph: nx.DiGraph, entry: str, registry: Registry, where: 
         spec = data["spec"]
         before = must_have_run(node_id)
         if isinstance(spec, RunNode):
+            _check_node_params(node_id, spec, graph, registry, before, where)
             for _, condition in data["branches"][:-1]:
                 _check_refs_exist(condition, graph, registry, where, node_id, allowed=before | {node_id})
             continue
@@ -254,6 +255,20 @@ def _check_references(graph: nx.DiGraph, entry: str, registry: Registry, where: 
         for key, text in spec.location.items():
             condition = _condition(text, node_id, where)
             _check_refs_exist(condition, graph, registry, where, node_id, allowed=ancestors)
+
+
+def _check_node_params(node_id: str, spec: RunNode, graph: nx.DiGraph, registry: Registry,
+                       before: set[str], where: _Where) -> None:
+    """Parameters that name another node (`skip_outliers_of: batches`) must name one that ran before."""
+    for name, field in registry.get(spec.run).params.model_fields.items():
+        wanted = (field.json_schema_extra or {}).get("node_runs") if isinstance(field.json_schema_extra, dict) else None
+        ref = spec.with_.get(name)
+        if wanted is None or ref is None:
+            continue
+        runs = graph.nodes[ref]["spec"].run if ref in graph and isinstance(graph.nodes[ref]["spec"], RunNode) else None
+        if runs != wanted or ref not in before:
+            raise PlaybookError(where.say(node_id, f"{name}: '{ref}' must be a node that runs '{wanted}' on every "
+                                                   "path before this one."))
 
 
 def _check_refs_exist(condition: Condition, graph: nx.DiGraph, registry: Registry, where: _Where,
