@@ -90,3 +90,29 @@ def test_examples_with_nan_inputs_are_left_out_of_the_neighbour_agreement():
     batches[0][0][:5, 3] = float("nan")
     out = run(LABEL_CHECK, session_of(lambda: classifier_setup(batches=batches)))
     assert out.knn_examples == 512 - 5 and out.knn_agreement > 0.9
+
+
+def test_token_inputs_are_compared_by_their_bag_of_tokens():
+    import torch
+    from torch import nn
+
+    import triage
+    from tests.tiny import context
+    from triage.experiments.labels import LABEL_CHECK, LabelCheckParams
+
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 4, (256, 12), generator=g)
+    majority = torch.stack([t.bincount(minlength=4).argmax() for t in tokens])  # the label: the most frequent token
+
+    def sequences(labels):
+        def factory():
+            model = nn.Sequential(nn.Embedding(4, 8), nn.Flatten(), nn.Linear(96, 4))
+            batches = [(tokens[i:i + 32], labels[i:i + 32]) for i in range(0, 256, 32)]
+            return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                                loss_fn=lambda m, b: nn.functional.cross_entropy(m(b[0]), b[1]), batches=batches)
+        return factory
+
+    true = LABEL_CHECK.measure(context(sequences(majority)), LabelCheckParams())
+    shuffled = LABEL_CHECK.measure(context(sequences(majority[torch.randperm(256, generator=g)])), LabelCheckParams())
+    assert true.knn_agreement > true.chance_agreement + 0.3
+    assert shuffled.knn_agreement < shuffled.chance_agreement + 0.1

@@ -15,6 +15,8 @@ from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor,
 class LabelCheckParams(Params):
     knn_examples: int = Field(default=2000, ge=10, description="Examples used for the neighbour agreement.")
     ignore_index: int = Field(default=IGNORE_INDEX, description="A target value that marks padding, not a class.")
+    max_vocabulary: int = Field(default=1024, ge=2, description="Token inputs with ids beyond this are not "
+                                                               "compared (a count vector per example would be too wide).")
 
 
 class LabelCheckOutcome(Outcome):
@@ -89,12 +91,16 @@ def _batch_class_ratio(per_batch: list[torch.Tensor], frequencies: torch.Tensor)
 def _knn_agreement(batches: list, p: LabelCheckParams) -> tuple[Optional[float], int]:
     """Leave-one-out 1-nearest-neighbour agreement of labels, on standardised flattened inputs.
 
-    Only for one label per example (not per token) and floating inputs. Labels that carry
-    information about the inputs agree well above chance; shuffled labels agree at chance.
+    Only for one label per example (not per token). Floating inputs are compared as they are; token
+    ids as bag-of-token counts (which tokens, how often: the order is lost, the content is not).
+    Labels that carry information about the inputs agree well above chance; shuffled labels agree
+    at chance.
     """
     xs, ys = [], []
     for batch in batches:
         x, y = input_tensor(batch, floating=True), class_targets(batch)
+        if x is None:
+            x = _token_counts(input_tensor(batch), y, p.max_vocabulary)
         if x is None or y is None or y.dim() != 1 or x.shape[0] != y.shape[0]:
             continue
         x = x.reshape(x.shape[0], -1)
@@ -114,6 +120,17 @@ def _knn_agreement(batches: list, p: LabelCheckParams) -> tuple[Optional[float],
     distances.fill_diagonal_(float("inf"))
     neighbour = distances.argmin(dim=1)
     return float((y[neighbour] == y).double().mean()), len(y)
+
+
+def _token_counts(tokens: Optional[torch.Tensor], labels: Optional[torch.Tensor],
+                  max_vocabulary: int) -> Optional[torch.Tensor]:
+    """(N, V) counts of each token id per example, for integer (N, T) inputs with a small vocabulary."""
+    if tokens is None or tokens is labels or tokens.is_floating_point() or tokens.dim() != 2:
+        return None
+    if tokens.numel() == 0 or tokens.min() < 0 or tokens.max() >= max_vocabulary:
+        return None
+    counts = torch.zeros(tokens.shape[0], max_vocabulary)
+    return counts.scatter_add_(1, tokens.long().cpu(), torch.ones(tokens.shape, dtype=counts.dtype))
 
 
 LABEL_CHECK = Experiment(
