@@ -34,6 +34,14 @@ class OutputCheckOutcome(Outcome):
     loss_floor_ratio: Optional[float] = Field(
         default=None, description="loss_checkpoint / probability_ce_floor: ~1 or above with probability "
                                   "outputs is a loss that cannot go lower.")
+    squashed: bool = Field(default=False, description="Every output lies in [0, 1] (sigmoid or softmax).")
+    unsquashed_loss: Optional[float] = Field(
+        default=None, description="The loss when the model's output is replaced by its squashing undone "
+                                  "(log of probability rows, logit of [0, 1] values); None when the loss "
+                                  "refuses such values (it wanted probabilities).")
+    unsquash_ratio: Optional[float] = Field(
+        default=None, description="unsquashed_loss / loss_checkpoint: well below 1 is a loss that squashes "
+                                  "what the model already squashed (sigmoid into BCEWithLogits, ...).")
 
 
 def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
@@ -54,12 +62,37 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
     log_probabilities = finite and k >= 2 and bool(
         (rows <= tol).all() and (torch.logsumexp(rows, -1).abs() <= tol).all())
     floor = math.log(math.e + k - 1) - 1 if k >= 2 else None
+    squashed = finite and bool((rows >= -tol).all() and (rows <= 1 + tol).all())
+    unsquashed = _unsquashed_loss(setup, batches, device, probabilities) if squashed else None
+    session.restore()
     return OutputCheckOutcome(
+        squashed=squashed, unsquashed_loss=unsquashed,
+        unsquash_ratio=unsquashed / loss if unsquashed is not None and loss > 0 and math.isfinite(loss) else None,
         has_output=True, output_dim=k, output_min=float(rows.min()), output_max=float(rows.max()),
         looks_like_probabilities=probabilities, looks_like_log_probabilities=log_probabilities,
         loss_checkpoint=loss, probability_ce_floor=floor,
         loss_floor_ratio=loss / floor if floor and math.isfinite(loss) else None,
     )
+
+
+def _unsquashed_loss(setup, batches, device, rows_are_probabilities: bool) -> Optional[float]:
+    """The mean loss with the model's output swapped for the scores it squashed (a forward hook's
+    return value replaces the module's output)."""
+    def undo(module, inputs, output):
+        if not isinstance(output, torch.Tensor):
+            return output
+        if rows_are_probabilities:
+            return torch.log(output.clamp_min(1e-12))
+        return torch.logit(output.clamp(1e-6, 1 - 1e-6))
+
+    handle = setup.model.register_forward_hook(undo)
+    try:
+        loss = mean_loss(setup, batches, device)
+    except Exception:  # e.g. BCELoss refuses values outside [0, 1]: it did want probabilities
+        return None
+    finally:
+        handle.remove()
+    return loss if math.isfinite(loss) else None
 
 
 OUTPUT_CHECK = Experiment(
