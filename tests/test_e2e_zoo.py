@@ -1,7 +1,8 @@
-"""End to end: `triage.run` on every zoo example names the example's root cause."""
+"""End to end: `triage.run` on every zoo example (and every held-out variant) names its root cause."""
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +10,7 @@ import triage
 from triage.zoo import example_names, example_path, load_example
 
 EXAMPLES = example_names()
+HOLDOUT = Path(__file__).resolve().parents[1] / "benchmarks" / "holdout"
 
 
 def triage_example(name, tmp_path, **kwargs):
@@ -26,6 +28,14 @@ def test_triage_names_the_root_cause(name, tmp_path):
     assert written["root_cause"] == example.ROOT_CAUSE
     for key, value in getattr(example, "LOCATION", {}).items():
         assert getattr(report.location, key) == value, (key, report.location)
+
+
+@pytest.mark.parametrize("name", example_names(HOLDOUT))
+def test_triage_names_the_root_cause_of_differently_built_runs(name, tmp_path):
+    example = load_example(name, HOLDOUT)
+    checkpoint = example.write_checkpoint(tmp_path / f"{name}.pt")
+    report, _ = triage.run(f"{example_path(name, HOLDOUT)}:setup", checkpoint, out=tmp_path / "out")
+    assert report.root_cause == example.ROOT_CAUSE, report.path
 
 
 def test_two_runs_give_the_same_diagnosis_and_measurements(tmp_path):

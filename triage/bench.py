@@ -24,18 +24,22 @@ class Case:
     path: tuple[str, ...]
 
 
-def run_cases(names: Optional[Sequence[str]] = None, steps: Optional[int] = None,
-              threads: int = 1) -> list[Case]:
-    """Triage each example from its freshly written checkpoint. One torch thread by default: the zoo's
-    tiny models run fastest so, and timings do not depend on what else the machine is doing."""
+def run_cases(names: Optional[Sequence[str]] = None, steps: Optional[int] = None, threads: int = 1,
+              folder: Optional[Path] = None, keep: Optional[Path] = None) -> list[Case]:
+    """Triage each example of `folder` (default: the zoo) from its freshly written checkpoint.
+
+    One torch thread by default: the zoo's tiny models run fastest so, and timings do not depend on
+    what else the machine is doing. With `keep`, checkpoints and reports stay there.
+    """
     torch.set_num_threads(threads)
     cases = []
     with tempfile.TemporaryDirectory(prefix="triage-bench-") as tmp:
-        for name in names or example_names():
-            example = load_example(name)
-            checkpoint = example.write_checkpoint(Path(tmp) / f"{name}.pt")
+        out = Path(keep or tmp)
+        for name in names or example_names(folder):
+            example = load_example(name, folder)
+            checkpoint = example.write_checkpoint(out / f"{name}.pt")
             started = time.perf_counter()
-            report, _ = run(f"{example_path(name)}:setup", checkpoint, out=Path(tmp) / name, steps=steps)
+            report, _ = run(f"{example_path(name, folder)}:setup", checkpoint, out=out / name, steps=steps)
             cases.append(Case(name, example.ROOT_CAUSE, report.root_cause,
                               time.perf_counter() - started, tuple(report.path)))
     return cases

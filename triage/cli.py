@@ -114,12 +114,14 @@ def rerender(
 def bench(
     names: Optional[list[str]] = typer.Argument(None, help="Zoo examples (default: all)."),
     steps: Optional[int] = typer.Option(None, "--steps", min=1),
+    folder: Optional[Path] = typer.Option(None, "--folder", help="Another folder of fault modules (default: the zoo)."),
+    keep: Optional[Path] = typer.Option(None, "--keep", help="Keep every checkpoint and report here."),
 ) -> None:
     """Triage every zoo example; print the confusion table, accuracy, false alarms and seconds per case."""
     from triage.bench import print_table, run_cases
 
     logging.basicConfig(level=logging.ERROR)
-    print_table(run_cases(names or None, steps), sys.stdout)
+    print_table(run_cases(names or None, steps, folder=folder, keep=keep), sys.stdout)
 
 
 def _shown(path: Path) -> Path:

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Optional
 
 from triage.errors import EntryError
 from triage.shipped import shipped_path
@@ -21,23 +22,24 @@ def examples_dir() -> Path:
     return shipped_path("examples")
 
 
-def example_names() -> list[str]:
-    return sorted(p.stem for p in examples_dir().glob("*.py") if not p.stem.startswith("_"))
+def example_names(folder: Optional[Path] = None) -> list[str]:
+    return sorted(p.stem for p in (folder or examples_dir()).glob("*.py") if not p.stem.startswith("_"))
 
 
-def example_path(name: str) -> Path:
-    path = examples_dir() / f"{name}.py"
+def example_path(name: str, folder: Optional[Path] = None) -> Path:
+    path = (folder or examples_dir()) / f"{name}.py"
     if not path.is_file():
         raise EntryError(f"Expected a zoo example named '{name}', found none. "
                          f"Examples: {', '.join(example_names())}.")
     return path
 
 
-def load_example(name: str) -> ModuleType:
-    path = example_path(name)
+def load_example(name: str, folder: Optional[Path] = None) -> ModuleType:
+    """An example module of the zoo (or of another folder of modules that follow its convention)."""
+    path = example_path(name, folder)
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))  # examples import their shared helpers
-    spec = importlib.util.spec_from_file_location(f"triage_zoo_{name}", path)
+    spec = importlib.util.spec_from_file_location(f"triage_zoo_{path.parent.name}_{name}", path)
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
