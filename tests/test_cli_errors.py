@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch

@@ -1,4 +1,3 @@
-import torch
 
 from tests.tiny import blobs, context, mlp_setup
 from triage.experiments.data_check import DATA_CHECK, DataCheckParams

@@ -16,8 +16,8 @@ ROOT_CAUSE = "healthy"
 def setup() -> triage.Setup:
     model = ResidualMLP(30, 2, width=32, depth=2)
     return triage.Setup(model=model, optimizer=torch.optim.Adagrad(model.parameters(), lr=0.02),
-                        loss_fn=cross_entropy, batches=table_batches("breast_cancer"),
-                        val_batches=table_batches("breast_cancer", start=480))
+                        loss_fn=cross_entropy, batches=table_batches("breast_cancer", stop=448),
+                        val_batches=table_batches("breast_cancer", start=448))
 
 
 fixed_setup = setup
