@@ -11,6 +11,7 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.probes import mean_loss, model_output
+from triage.experiments.training import named_tensors
 
 
 class OutputCheckParams(Params):
@@ -35,6 +36,8 @@ class OutputCheckOutcome(Outcome):
         default=None, description="loss_checkpoint / probability_ce_floor: ~1 or above with probability "
                                   "outputs is a loss that cannot go lower.")
     squashed: bool = Field(default=False, description="Every output lies in [0, 1] (sigmoid or softmax).")
+    targets_discrete: bool = Field(default=False, description="The targets are class indices or 0/1 values "
+                                   "(what a loss on scores expects; pixel intensities are not).")
     unsquashed_loss: Optional[float] = Field(
         default=None, description="The loss when the model's output is replaced by its squashing undone "
                                   "(log of probability rows, logit of [0, 1] values); None when the loss "
@@ -66,13 +69,24 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
     unsquashed = _unsquashed_loss(setup, batches, device, probabilities) if squashed else None
     session.restore()
     return OutputCheckOutcome(
-        squashed=squashed, unsquashed_loss=unsquashed,
+        squashed=squashed, unsquashed_loss=unsquashed, targets_discrete=all(_discrete_targets(b) for b in batches),
         unsquash_ratio=unsquashed / loss if unsquashed is not None and loss > 0 and math.isfinite(loss) else None,
         has_output=True, output_dim=k, output_min=float(rows.min()), output_max=float(rows.max()),
         looks_like_probabilities=probabilities, looks_like_log_probabilities=log_probabilities,
         loss_checkpoint=loss, probability_ce_floor=floor,
         loss_floor_ratio=loss / floor if floor and math.isfinite(loss) else None,
     )
+
+
+def _discrete_targets(batch) -> bool:
+    """The batch's targets (its last tensor) are integers, or floats that are all 0 or 1."""
+    tensors = [t for _, t in named_tensors(batch)]
+    if not tensors:
+        return False
+    target = tensors[-1]
+    if not target.is_floating_point():
+        return True
+    return bool(((target == 0) | (target == 1)).all())
 
 
 def _unsquashed_loss(setup, batches, device, rows_are_probabilities: bool) -> Optional[float]:

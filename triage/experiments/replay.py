@@ -55,7 +55,7 @@ class ReplayOutcome(Outcome):
     truncated: bool = Field(default=False, description="Stopped early by the time budget.")
     loss_start: Optional[float] = Field(default=None, description="Median loss of the first fifth of steps.")
     loss_end: Optional[float] = Field(default=None, description="Median loss of the last fifth of steps.")
-    loss_ratio: Optional[float] = Field(default=None, description="loss_end / loss_start.")
+    loss_ratio: Optional[float] = Field(default=None, description="loss_end / loss_start (positive losses).")
     loss_min: Optional[float] = None
     loss_max: Optional[float] = None
     log_slope: Optional[float] = Field(default=None, description="Slope of ln(loss) per step.")
@@ -176,7 +176,9 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         finite=t.first_bad is None and math.isfinite(weight_norm_end),
         first_nonfinite_step=t.first_bad, truncated=t.truncated,
         loss_start=start, loss_end=end,
-        loss_ratio=end / start if start and end is not None and t.first_bad is None else None,
+        # A ratio means "how much lower" only for a positive loss; a negative one (an NLL on raw
+        # scores, say) is read through loss_min instead.
+        loss_ratio=end / start if start and start > 0 and end is not None and t.first_bad is None else None,
         loss_min=min(finite_losses) if finite_losses else None,
         loss_max=max(finite_losses) if finite_losses else None,
         log_slope=_log_slope(finite_losses),
