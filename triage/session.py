@@ -11,6 +11,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from triage.batches import to_device
 from triage.checkpoint import Checkpoint, load_model_state, read_checkpoint
 from triage.contract import Setup
 from triage.entry import SetupFactory, call_setup, load_entry
@@ -179,14 +180,3 @@ def _materialise(batches: Any, name: str, device: str) -> list[Any]:
             break
         out.append(to_device(batch, device))
     return out
-
-
-def to_device(batch: Any, device: str) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        moved = [to_device(v, device) for v in batch]
-        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
-    return batch

@@ -6,7 +6,7 @@ import torch
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.experiments.training import named_tensors
+from triage.batches import named_tensors
 
 
 class DataCheckParams(Params):

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.probes import mean_loss, model_output
-from triage.experiments.training import named_tensors
+from triage.batches import named_tensors
 
 
 class OutputCheckParams(Params):

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from triage.contract import Setup
-from triage.experiments.training import autocast, loss_value, named_tensors
+from triage.batches import named_tensors
+from triage.experiments.training import autocast, loss_value
 
 # Torch's own default for ignored targets (F.cross_entropy, nn.NLLLoss): padding, not a class.
 IGNORE_INDEX = -100

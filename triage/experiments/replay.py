@@ -13,9 +13,10 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from triage.batches import first_examples
 from triage.contract import Precision
 from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.experiments.training import (autocast, current_lr, first_examples, grad_norm, grad_scaler,
+from triage.experiments.training import (autocast, current_lr, grad_norm, grad_scaler,
                                          loss_value, param_vector_norm, reference_step, scale_weight_decay,
                                          scaled_lr, trainable)
 

@@ -123,29 +123,5 @@ def current_lr(optimizer: torch.optim.Optimizer) -> float:
     return float(optimizer.param_groups[0]["lr"])
 
 
-def first_examples(batch: Any, n: int) -> Any:
-    """The first `n` examples of a batch: every tensor sliced along dim 0."""
-    if isinstance(batch, torch.Tensor):
-        return batch[:n] if batch.dim() > 0 else batch
-    if isinstance(batch, dict):
-        return {k: first_examples(v, n) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        items = [first_examples(v, n) for v in batch]
-        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
-    return batch
-
-
-def named_tensors(batch: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor in a (nested) batch with a readable key: '[0]', '["input_ids"]', ..."""
-    if isinstance(batch, torch.Tensor):
-        yield prefix or "batch", batch
-    elif isinstance(batch, dict):
-        for k, v in batch.items():
-            yield from named_tensors(v, f"{prefix}[{k!r}]")
-    elif isinstance(batch, (list, tuple)):
-        for i, v in enumerate(batch):
-            yield from named_tensors(v, f"{prefix}[{i}]")
-
-
 def is_finite(value: Optional[float]) -> bool:
     return value is not None and math.isfinite(value)
