@@ -64,3 +64,15 @@ def test_two_replays_from_the_snapshot_measure_the_same_losses():
         session.restore()
         runs.append(REPLAY.measure(Context(session, 60), ReplayParams(steps=10, lr_scale=2.0)).losses)
     assert runs[0] == runs[1]
+
+
+def test_non_persistent_buffers_are_restored_too():
+    def with_running_buffer():
+        s = mlp_setup()
+        s.model.register_buffer("seen", torch.zeros(1), persistent=False)  # not in state_dict()
+        return s
+
+    session = session_from_factory(with_running_buffer)
+    session.setup.model.seen += 5
+    session.restore()
+    assert session.setup.model.seen.item() == 0

@@ -18,6 +18,7 @@ import torch
 @dataclass(frozen=True)
 class Snapshot:
     model: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]  # all of them: state_dict() leaves out non-persistent buffers
     training_modes: dict[str, bool]
     requires_grad: dict[str, bool]
     optimizer: dict[str, Any]
@@ -30,6 +31,7 @@ class Snapshot:
              scheduler: Any = None, scaler: Any = None) -> "Snapshot":
         return cls(
             model={k: v.detach().clone() for k, v in model.state_dict().items()},
+            buffers={k: b.detach().clone() for k, b in model.named_buffers()},
             training_modes={name: m.training for name, m in model.named_modules()},
             requires_grad={name: p.requires_grad for name, p in model.named_parameters()},
             optimizer=copy.deepcopy(optimizer.state_dict()),
@@ -42,6 +44,8 @@ class Snapshot:
                 scheduler: Any = None, scaler: Any = None) -> None:
         with torch.no_grad():
             model.load_state_dict(self.model)
+            for name, buffer in model.named_buffers():
+                buffer.copy_(self.buffers[name])
         for name, module in model.named_modules():
             module.training = self.training_modes[name]
         for name, param in model.named_parameters():
