@@ -18,7 +18,7 @@ import torch
 
 from triage.experiments import Context, Outcome
 from triage.playbook import Playbook
-from triage.records import Decision, ExperimentRun
+from triage.records import Decision, ExperimentRun, SetupFacts
 from triage.playbook.schema import LeafNode, RunNode
 from triage.session import Session
 
@@ -50,29 +50,29 @@ class Walk:
     runs: dict[str, ExperimentRun]
     outcomes: dict[str, Outcome]
     decisions: list[Decision]
-    setup_facts: dict[str, Any]
+    setup_facts: SetupFacts
     seconds: float = 0.0
 
     def lookup(self, node: str, name: str) -> Any:
         return lookup(node, name, self.setup_facts, self.runs, self.outcomes)
 
 
-def setup_facts(session: Session) -> dict[str, Any]:
+def setup_facts(session: Session) -> SetupFacts:
     s = session.setup
-    return {
-        "precision": s.precision, "grad_clip": s.grad_clip, "has_scheduler": s.scheduler is not None,
-        "has_train_step": s.train_step is not None, "has_val": bool(session.val_batches),
-        "total_steps": s.total_steps, "device_type": session.device.type,
-        "checkpoint_step": session.checkpoint.step if session.checkpoint else None,
-        "batch_count": len(session.batches),
-    }
+    return SetupFacts(
+        precision=s.precision, grad_clip=s.grad_clip, has_scheduler=s.scheduler is not None,
+        has_train_step=s.train_step is not None, has_val=bool(session.val_batches),
+        total_steps=s.total_steps, device_type=session.device.type,
+        checkpoint_step=session.checkpoint.step if session.checkpoint else None,
+        batch_count=len(session.batches),
+    )
 
 
-def lookup(node: str, name: str, facts: dict[str, Any], runs: dict[str, ExperimentRun],
+def lookup(node: str, name: str, facts: SetupFacts, runs: dict[str, ExperimentRun],
            outcomes: dict[str, Outcome]) -> Any:
     """The value a condition's `node.name` reads: None when it was not measured."""
     if node == "setup":
-        return facts.get(name)
+        return getattr(facts, name)
     run = runs.get(node)
     if run is None:
         return None

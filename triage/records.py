@@ -34,3 +34,19 @@ class Decision(BaseModel):
     goto: str
     when: Optional[str] = Field(description="The condition that held; None: `otherwise` was taken.")
     figures: dict[str, Any]
+
+
+class SetupFacts(BaseModel):
+    """What a playbook condition may read as `setup.<field>`: facts of the run, not measurements."""
+
+    model_config = ConfigDict(frozen=True)
+
+    precision: str
+    grad_clip: Optional[float]
+    has_scheduler: bool
+    has_train_step: bool
+    has_val: bool
+    total_steps: Optional[int]
+    device_type: str
+    checkpoint_step: Optional[int]
+    batch_count: int

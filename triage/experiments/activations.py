@@ -160,8 +160,6 @@ def measure(ctx: Context, p: ActivationParams) -> ActivationOutcome:
     setup = session.setup
     model = setup.model
     batches = session.batches[:p.batches]
-    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
-    modes = {name: m.training for name, m in model.named_modules()}
     watch = _Watch(model)
     try:
         model.train()
@@ -172,11 +170,7 @@ def measure(ctx: Context, p: ActivationParams) -> ActivationOutcome:
                 ctx.progress(i + 1, len(batches))
     finally:
         watch.remove()
-        with torch.no_grad():
-            for name, buffer in model.named_buffers():
-                buffer.copy_(buffers[name])
-        for name, module in model.named_modules():
-            module.training = modes[name]
+        session.restore()  # the train-mode forwards moved BatchNorm statistics; put back modes too
     layers = [t.health(name if call == 0 else f"{name}#{call + 1}") for (name, call), t in watch.tallies.items()]
     return _summarise(layers, len(batches))
 

@@ -14,8 +14,7 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.training import (autocast, grad_norm, grad_scaler, loss_value, reference_step,
-                                         untouched_buffers_and_rng,
-                                         trainable)
+                                         start_end, trainable, untouched_buffers_and_rng)
 
 
 class LoopDiffParams(Params):
@@ -222,11 +221,9 @@ def _as_float(value: Any) -> float:
 
 
 def _loss_ratio(losses: list[float]) -> Optional[float]:
-    finite = [x for x in losses if math.isfinite(x)]
-    if len(finite) < 2:
+    if sum(math.isfinite(x) for x in losses) < 2:
         return None
-    k = max(1, len(finite) // 5)
-    first, last = float(np.median(finite[:k])), float(np.median(finite[-k:]))
+    first, last = start_end(losses)
     return last / first if first > 0 else None
 
 

@@ -16,9 +16,9 @@ from pydantic import Field
 from triage.batches import first_examples
 from triage.contract import Precision
 from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.experiments.training import (autocast, current_lr, grad_norm, grad_scaler,
-                                         loss_value, param_vector_norm, reference_step, scale_weight_decay,
-                                         scaled_lr, trainable)
+from triage.experiments.training import (autocast, current_lr, grad_norm, grad_scaler, loss_value,
+                                         param_vector_norm, reference_step, scale_weight_decay, scaled_lr,
+                                         start_end, trainable)
 
 
 class ReplayParams(Params):
@@ -164,9 +164,7 @@ def _val_loss(setup, val_batches, precision, device) -> float:
 def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped: list[int]) -> ReplayOutcome:
     finite_losses = [x for x in t.losses if math.isfinite(x)]
     finite_norms = [x for x in t.norms if math.isfinite(x)]
-    k = max(1, len(finite_losses) // 5)
-    start = float(np.median(finite_losses[:k])) if finite_losses else None
-    end = float(np.median(finite_losses[-k:])) if finite_losses else None
+    start, end = start_end(finite_losses)
     with torch.no_grad():
         moved = torch.stack([(q.detach() - w).float().norm() for q, w in zip(model.parameters(), t.start_weights)])
     weight_norm_end = param_vector_norm(model)

@@ -6,6 +6,7 @@ import contextlib
 import math
 from typing import Any, Iterator, Optional
 
+import numpy as np
 import torch
 
 from triage.contract import AUTOCAST_DTYPES
@@ -121,6 +122,15 @@ def scale_weight_decay(optimizer: torch.optim.Optimizer, factor: float) -> None:
 
 def current_lr(optimizer: torch.optim.Optimizer) -> float:
     return float(optimizer.param_groups[0]["lr"])
+
+
+def start_end(losses: list[float]) -> tuple[Optional[float], Optional[float]]:
+    """Median loss of the first and of the last fifth of the finite losses: robust to one odd batch."""
+    finite = [x for x in losses if math.isfinite(x)]
+    if not finite:
+        return None, None
+    k = max(1, len(finite) // 5)
+    return float(np.median(finite[:k])), float(np.median(finite[-k:]))
 
 
 def is_finite(value: Optional[float]) -> bool:

@@ -23,9 +23,9 @@ from triage.errors import PlaybookError
 from triage.experiments import Registry, default_registry
 from triage.playbook.conditions import Condition, ConditionError, parse_condition
 from triage.playbook.schema import Finding, LeafNode, PlaybookFile, RunNode
+from triage.records import SetupFacts
 
-SETUP_FACTS = ("precision", "grad_clip", "has_scheduler", "has_train_step", "has_val", "total_steps",
-               "device_type", "checkpoint_step", "batch_count")
+SETUP_FACTS = tuple(SetupFacts.model_fields)
 RUN_FIELDS = ("status", "seconds")  # every ExperimentRun has these besides its outcome's fields
 LOCATION_KEYS = ("module", "op", "source", "batch", "parameters")
 
