@@ -6,11 +6,12 @@ import dataclasses
 import datetime as dt
 import shlex
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import pydantic
 
 from triage.engine import Listener, walk
+from triage.entry import SetupFactory, entry_name
 from triage.errors import TriageError
 from triage.playbook import Playbook, load_playbook
 from triage.report import Report, write_report
@@ -18,16 +19,20 @@ from triage.report.build import build_report
 from triage.session import open_session
 
 
-def run(entry: str, checkpoint: Optional[Path] = None, *, out: Optional[Path] = None,
+def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, out: Optional[Path] = None,
         playbook: Optional[Path] = None, steps: Optional[int] = None, seed: int = 0,
         history: Optional[Path] = None, trust_checkpoint: bool = False,
         listener: Optional[Listener] = None, command: Optional[str] = None) -> tuple[Report, dict[str, Path]]:
-    """Triage one run: load, walk the playbook, write the report. Returns it and the files written."""
+    """Triage one run: load, walk the playbook, write the report. Returns it and the files written.
+
+    `entry` is a spec like "mymod:setup" (as `--entry`) or the setup function itself.
+    """
     book = with_steps(load_playbook(playbook), steps)  # validate the playbook before anything runs
     session = open_session(entry, checkpoint, seed=seed, history_path=history, trust_checkpoint=trust_checkpoint)
     out = _writable_dir(Path(out) if out else default_out_dir())
     result = walk(session, book, listener)
-    report = build_report(result, session, book, command or _command(entry, checkpoint, playbook, steps, seed),
+    name = entry if isinstance(entry, str) else entry_name(entry)
+    report = build_report(result, session, book, command or _command(name, checkpoint, playbook, steps, seed),
                           str(checkpoint) if checkpoint else None)
     return report, write_report(report, out)
 

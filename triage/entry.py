@@ -36,6 +36,12 @@ def load_entry(spec: str) -> SetupFactory:
     return factory
 
 
+def entry_name(factory: SetupFactory) -> str:
+    """How a setup function given in memory is named in messages and the report: module:qualname."""
+    module = getattr(factory, "__module__", None) or "<memory>"
+    return f"{module}:{getattr(factory, '__qualname__', type(factory).__name__)}"
+
+
 def call_setup(factory: SetupFactory, spec: str) -> Setup:
     """Call the user's setup(), turning its failures into errors that say what to fix."""
     try:

@@ -6,7 +6,7 @@ import logging
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
@@ -14,7 +14,7 @@ import torch
 from triage.batches import to_device
 from triage.checkpoint import Checkpoint, load_model_state, read_checkpoint
 from triage.contract import Setup
-from triage.entry import SetupFactory, call_setup, load_entry
+from triage.entry import SetupFactory, call_setup, entry_name, load_entry
 from triage.errors import CheckpointError, SetupError
 from triage.history import HistoryPoint, read_history_file
 from triage.snapshot import Snapshot
@@ -68,11 +68,13 @@ class Session:
         return fresh
 
 
-def open_session(entry: str, checkpoint_path: Optional[Path], seed: int = 0,
+def open_session(entry: Union[str, SetupFactory], checkpoint_path: Optional[Path], seed: int = 0,
                  history_path: Optional[Path] = None, trust_checkpoint: bool = False) -> Session:
-    """The session for `--entry` and `--checkpoint`: setup() called, checkpoint loaded, snapshot taken."""
+    """The session for `--entry` (a spec, or the setup function itself) and `--checkpoint`:
+    setup() called, checkpoint loaded, snapshot taken."""
     checkpoint = read_checkpoint(Path(checkpoint_path), trust_checkpoint) if checkpoint_path else None
-    return session_from_factory(load_entry(entry), entry, checkpoint, Path(checkpoint_path or "."), seed,
+    factory, name = (entry, entry_name(entry)) if callable(entry) else (load_entry(entry), entry)
+    return session_from_factory(factory, name, checkpoint, Path(checkpoint_path or "."), seed,
                                 read_history_file(history_path) if history_path else None)
 
 
