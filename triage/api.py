@@ -37,7 +37,8 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
     return report, write_report(report, out)
 
 
-REPLAYING = ("replay", "locate_nonfinite")  # the experiments whose `steps` is the replay's length
+# the experiments whose `steps` is the replay's length
+REPLAYING = ("replay", "locate_nonfinite", "lr_search", "init_search")
 
 
 def with_steps(book: Playbook, steps: Optional[int]) -> Playbook:
@@ -46,7 +47,7 @@ def with_steps(book: Playbook, steps: Optional[int]) -> Playbook:
         return book
     params = dict(book.params)
     for node, p in book.params.items():
-        if book.spec(node).run in REPLAYING:
+        if book.experiments[node] in REPLAYING:
             try:
                 params[node] = type(p).model_validate({**p.model_dump(), "steps": steps})
             except pydantic.ValidationError as exc:

@@ -27,4 +27,5 @@ ROOT_CAUSES: dict[str, str] = {
     "overfitting": "Overfitting",
     "train_val_overlap": "Train and validation sets overlap",
     "healthy": "No fault reproduced",
+    "unexplained": "Symptom reproduced, no tested cause explains it",
 }

@@ -18,8 +18,8 @@ import torch
 
 from triage.experiments import Context, Outcome
 from triage.playbook import Playbook
-from triage.records import Decision, ExperimentRun, SetupFacts
-from triage.playbook.schema import LeafNode, RunNode
+from triage.records import CandidateResult, Confidence, Decision, ExperimentRun, SetupFacts
+from triage.playbook.schema import DecisionNode, DifferentialNode, LeafNode, RunNode
 from triage.session import Session
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,7 @@ class Listener(Protocol):
     def started(self, node: str, experiment: str, title: Optional[str]) -> None: ...
     def progress(self, done: int, total: int) -> None: ...
     def finished(self, run: ExperimentRun, decision: Decision) -> None: ...
+    def decided(self, decision: Decision) -> None: ...  # a decision or differential node chose
     def close(self) -> None: ...
 
 
@@ -38,7 +39,11 @@ class SilentListener:
     def started(self, node, experiment, title): pass
     def progress(self, done, total): pass
     def finished(self, run, decision): pass
+    def decided(self, decision): pass
     def close(self): pass
+
+
+CONFIDENCE_ORDER = ("low", "medium", "high")
 
 
 @dataclass
@@ -56,11 +61,22 @@ class Walk:
     def lookup(self, node: str, name: str) -> Any:
         return lookup(node, name, self.setup_facts, self.runs, self.outcomes)
 
+    @property
+    def confidence(self) -> Confidence:
+        """The leaf's stated confidence, capped by the measured confidence of the differential node
+        whose winner led here (a verdict cannot claim more than its differential showed)."""
+        stated = self.leaf.confidence
+        for decision in reversed(self.decisions):
+            if decision.confidence is not None and any(c.winner for c in decision.candidates):
+                return min(stated, decision.confidence, key=CONFIDENCE_ORDER.index)
+        return stated
+
 
 def setup_facts(session: Session) -> SetupFacts:
     s = session.setup
     return SetupFacts(
         precision=s.precision, grad_clip=s.grad_clip, has_scheduler=s.scheduler is not None,
+        weight_decay=max((float(g.get("weight_decay") or 0.0) for g in s.optimizer.param_groups), default=0.0),
         has_train_step=s.train_step is not None, has_val=bool(session.val_batches),
         total_steps=s.total_steps, device_type=session.device.type,
         checkpoint_step=session.checkpoint.step if session.checkpoint else None,
@@ -92,16 +108,31 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
     path = [playbook.entry]
     node = playbook.entry
     started = time.perf_counter()
+
+    def read(n: str, name: str) -> Any:
+        return lookup(n, name, facts, runs, outcomes)
+
+    def measure(run_id: str, title: Optional[str]) -> ExperimentRun:
+        listener.started(run_id, playbook.experiments[run_id], title)
+        run, outcome = run_experiment(session, playbook, run_id, outcomes, listener)
+        runs[run_id] = run
+        if outcome is not None:
+            outcomes[run_id] = outcome
+        return run
+
     try:
-        while isinstance(spec := playbook.spec(node), RunNode):
-            listener.started(node, spec.run, spec.title)
-            run, outcome = run_experiment(session, playbook, node, outcomes, listener)
-            runs[node] = run
-            if outcome is not None:
-                outcomes[node] = outcome
-            decision = _decide(playbook, node, facts, runs, outcomes)
+        while not isinstance(spec := playbook.spec(node), LeafNode):
+            if isinstance(spec, RunNode):
+                run = measure(node, spec.title)
+                decision = _decide(playbook, node, read)
+                listener.finished(run, decision)
+            elif isinstance(spec, DecisionNode):
+                decision = _decide(playbook, node, read)
+                listener.decided(decision)
+            else:
+                decision = _differential(playbook, node, spec, read, measure, listener)
+                listener.decided(decision)
             decisions.append(decision)
-            listener.finished(run, decision)
             node = decision.goto
             path.append(node)
     finally:
@@ -113,11 +144,13 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
 
 def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: dict[str, Outcome],
                    listener: Listener) -> tuple[ExperimentRun, Optional[Outcome]]:
-    spec: RunNode = playbook.spec(node)
-    experiment = playbook.registry.get(spec.run)
+    """Run the experiment of a run node or a candidate (`node` is its id) from the restored snapshot."""
+    name = playbook.experiments[node]
+    experiment = playbook.registry.get(name)
     params = playbook.params[node]
+    budget_s = playbook.budget_s(node)
     session.restore()
-    ctx = Context(session=session, budget_s=spec.budget_s, outcomes=dict(outcomes), progress=listener.progress)
+    ctx = Context(session=session, budget_s=budget_s, outcomes=dict(outcomes), progress=listener.progress)
     outcome, status, error = None, "ok", None
     anomaly_was_on = torch.is_anomaly_enabled()
     t0 = time.perf_counter()
@@ -127,23 +160,20 @@ def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: di
         status, error = "oom", traceback.format_exc()
     except Exception:
         status, error = "error", traceback.format_exc()
-        log.warning("experiment %s at node %s raised:\n%s", spec.run, node, error)
+        log.warning("experiment %s at node %s raised:\n%s", name, node, error)
     finally:
         torch.autograd.set_detect_anomaly(anomaly_was_on)  # an experiment that raised may have left it on
     seconds = time.perf_counter() - t0
-    if status == "ok" and (seconds > spec.budget_s or getattr(outcome, "truncated", False)):
+    if status == "ok" and (seconds > budget_s or getattr(outcome, "truncated", False)):
         status = "timeout"
-    run = ExperimentRun(node=node, experiment=spec.run, summary=experiment.summary,
+    run = ExperimentRun(node=node, experiment=name, summary=experiment.summary,
                         params=params.model_dump(mode="json"), status=status, error=error,
                         seconds=round(seconds, 3),
                         outcome=_as_json(outcome) if outcome is not None else None)
     return run, outcome
 
 
-def _decide(playbook: Playbook, node: str, facts, runs, outcomes) -> Decision:
-    def read(n: str, name: str) -> Any:
-        return lookup(n, name, facts, runs, outcomes)
-
+def _decide(playbook: Playbook, node: str, read) -> Decision:
     figures: dict[str, Any] = {}
     for target, condition in playbook.branches(node):
         if condition is None:
@@ -152,6 +182,46 @@ def _decide(playbook: Playbook, node: str, facts, runs, outcomes) -> Decision:
         if condition.evaluate(read):
             return Decision(node=node, goto=target, when=condition.text, figures=figures)
     raise AssertionError("a validated run node always has an `otherwise` edge")
+
+
+def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, measure,
+                  listener: Listener) -> Decision:
+    """Try each candidate whose `if` holds, then go where the winner leads: the lowest tier among the
+    candidates whose fix works, the best (lowest) score within it."""
+    results = []
+    for cid, candidate, condition in playbook.candidates(node):
+        tried = condition is None or condition.evaluate(read)
+        works = score = None
+        if tried:
+            run = measure(cid, candidate.title)
+            works, score = read(cid, spec.works), read(cid, spec.score)
+            listener.finished(run, Decision(node=cid, goto=node, when=f"candidate of {node}", figures={
+                f"{cid}.{spec.works}": _figure(works), f"{cid}.{spec.score}": _figure(score)}))
+        results.append(CandidateResult(id=cid, experiment=candidate.run, then=candidate.then, tier=candidate.tier,
+                                       tried=tried, works=works if isinstance(works, bool) else None,
+                                       score=score if _is_number(score) else None))
+    figures = {f"{r.id}.{spec.works}": r.works for r in results if r.tried and r.then}
+    working = [r for r in results if r.then and r.works]
+    if not working:
+        return Decision(node=node, goto=spec.otherwise, when=None, figures=figures, candidates=results,
+                        confidence="low")
+    winner = min(working, key=lambda r: (r.tier, r.score if r.score is not None else math.inf))
+    also = {r.id for r in working if r.then != winner.then and _close(r.score, winner.score, spec.close)}
+    results = [r.model_copy(update={"winner": r is winner, "also_works": r.id in also}) for r in results]
+    return Decision(node=node, goto=winner.then, when=f"{winner.id} works best", figures=figures,
+                    candidates=results, confidence="medium" if also else "high")
+
+
+def _close(score: Optional[float], best: Optional[float], close: float) -> bool:
+    """A competitor's score is within `close` of the winner's (both lower-is-better); unknown or
+    non-positive scores cannot show a clear gap, so they count as close."""
+    if score is None or best is None or score <= 0 or best <= 0:
+        return True
+    return best / score >= close
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _as_json(outcome: Outcome) -> dict[str, Any]:

@@ -47,6 +47,17 @@ class LiveView:
         mark = _STATUS_MARK[run.status]
         self._progress.console.print(f"{mark} {escape(outcome_line(run, decision))}", highlight=False)
 
+    def decided(self, decision: Decision) -> None:
+        if not decision.candidates:  # a decision node
+            self._progress.console.print(f"[cyan]⇒[/] {escape(decision.node)} → {escape(decision.goto)} "
+                                         f"[{escape(decision.when or 'otherwise')}]", highlight=False)
+            return
+        tried = [c for c in decision.candidates if c.tried and c.then]
+        winner = next((c.id for c in tried if c.winner), None)
+        verdict = f"{winner} works best ({decision.confidence} confidence)" if winner else "no candidate fix works"
+        self._progress.console.print(f"[cyan]⇒[/] {escape(decision.node)}: {len(tried)} candidates tried, "
+                                     f"{escape(verdict)} → {escape(decision.goto)}", highlight=False)
+
     def close(self) -> None:
         self._progress.stop()
 
@@ -73,3 +84,7 @@ class JsonLines:
     def finished(self, run, decision):
         self._emit(event="finished", node=run.node, status=run.status, seconds=run.seconds,
                    figures=decision.figures, goto=decision.goto, when=decision.when)
+
+    def decided(self, decision):
+        self._emit(event="decided", node=decision.node, goto=decision.goto, confidence=decision.confidence,
+                   candidates=[c.model_dump(mode="json") for c in decision.candidates])

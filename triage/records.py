@@ -8,6 +8,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 Status = Literal["ok", "error", "oom", "timeout"]
+Confidence = Literal["high", "medium", "low"]
 
 
 class ExperimentRun(BaseModel):
@@ -25,6 +26,23 @@ class ExperimentRun(BaseModel):
     outcome: Optional[dict[str, Any]] = Field(default=None, description="The measured Outcome, as data.")
 
 
+class CandidateResult(BaseModel):
+    """One candidate of a differential node: whether it was tried, whether its fix works, its score."""
+
+    model_config = ConfigDict(frozen=True, ser_json_inf_nan="strings")
+
+    id: str
+    experiment: str
+    then: Optional[str] = Field(description="The node it leads to when it wins; None for a control.")
+    tier: int
+    tried: bool = Field(description="Its `if` held (or it has none), so it ran.")
+    works: Optional[bool] = Field(default=None, description="The differential's `works` field, as measured.")
+    score: Optional[float] = Field(default=None, description="The differential's `score` field (lower is better).")
+    winner: bool = False
+    also_works: bool = Field(default=False, description="A competitor of the winner whose fix works about "
+                                                        "as well (the verdict is then medium confidence).")
+
+
 class Decision(BaseModel):
     """The branch taken at one node, and the figures its conditions read."""
 
@@ -34,6 +52,12 @@ class Decision(BaseModel):
     goto: str
     when: Optional[str] = Field(description="The condition that held; None: `otherwise` was taken.")
     figures: dict[str, Any]
+    candidates: list[CandidateResult] = Field(
+        default_factory=list, description="At a differential node: every candidate, in the order written.")
+    confidence: Optional[Confidence] = Field(
+        default=None, description="At a differential node: high when the winner's fix works and every "
+                                  "competitor did clearly worse, medium when a competitor also works, "
+                                  "low when no fix works.")
 
 
 class SetupFacts(BaseModel):
@@ -43,6 +67,7 @@ class SetupFacts(BaseModel):
 
     precision: str
     grad_clip: Optional[float]
+    weight_decay: float = Field(description="The largest weight decay over the optimizer's param groups.")
     has_scheduler: bool
     has_train_step: bool
     has_val: bool

@@ -43,6 +43,9 @@ class Session:
     snapshot: Snapshot
     checkpoint: Optional[Checkpoint] = None
     history: list[HistoryPoint] = field(default_factory=list)
+    # Figures of the data alone (never of the weights), measured once by whichever experiment needs
+    # them first: e.g. the loss levels of triage.experiments.levels.
+    memo: dict[str, Any] = field(default_factory=dict)
 
     @property
     def device(self) -> torch.device:

@@ -16,11 +16,12 @@ from triage.experiments.outputs import OUTPUT_CHECK
 from triage.experiments.overlap import OVERLAP_CHECK
 from triage.experiments.registry import Registry
 from triage.experiments.replay import REPLAY
+from triage.experiments.search import INIT_SEARCH, LR_SEARCH
 from triage.records import ExperimentRun
 
 BUILTIN = (DATA_CHECK, LABEL_CHECK, OVERLAP_CHECK, HISTORY_CHECK, LOOP_DIFF, INIT_LOSS, REPLAY,
            BATCH_SCAN, LOCATE_NONFINITE, LR_RANGE_TEST, GRADIENT_FLOW, ACTIVATION_HEALTH, LR_TRACE,
-           OUTPUT_CHECK)
+           OUTPUT_CHECK, LR_SEARCH, INIT_SEARCH)
 
 
 def default_registry() -> Registry:

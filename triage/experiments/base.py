@@ -41,6 +41,11 @@ class Context:
     def out_of_time(self) -> bool:
         return time.perf_counter() - self.started > self.budget_s
 
+    def restart(self) -> None:
+        """Back to the snapshot (weights, optimizer, RNG, ...): for an experiment that runs several
+        trials, each from the same state. The engine does this before every experiment."""
+        self.session.restore()
+
 
 @dataclass(frozen=True)
 class Experiment:

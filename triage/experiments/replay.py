@@ -5,20 +5,26 @@ Every intervention of the checklist that is "the same steps, but ..." is a param
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from triage.batches import first_examples
 from triage.contract import Precision
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
+from triage.experiments.inits import InitKind, apply_init
+from triage.experiments.dead_units import find_dead_units, revive
+from triage.experiments.interventions import held_at_peak, swap_saturating, unfrozen, unsquashed
+from triage.experiments.levels import loss_levels
 from triage.experiments.training import (autocast, current_lr, grad_norm, grad_scaler, loss_value,
                                          param_vector_norm, reference_step, scale_weight_decay, scaled_lr,
                                          start_end, trainable)
+from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, VerifiedFix, verification
 
 
 class ReplayParams(Params):
@@ -26,6 +32,7 @@ class ReplayParams(Params):
     lr_scale: float = Field(default=1.0, gt=0, description="Multiply the learning rate at every step.")
     clip: Optional[float] = Field(default=None, gt=0, description="Global grad-norm clip; None: as the run.")
     clip_scale: float = Field(default=1.0, gt=0, description="Multiply the run's own clip threshold.")
+    no_clip: bool = Field(default=False, description="Remove gradient clipping entirely.")
     precision: Optional[Precision] = Field(default=None, description="Autocast dtype; None: as the run.")
     subset: Optional[int] = Field(default=None, ge=1, description="Train on the first N examples only.")
     skip_batches: list[int] = Field(default_factory=list, description="Snapshot batch indices to leave out.")
@@ -35,15 +42,43 @@ class ReplayParams(Params):
     lr_scale_from: Optional[str] = Field(
         default=None, description="Multiply the lr by the suggested_ratio an lr_range_test node measured.",
         json_schema_extra={"node_runs": "lr_range_test"})
-    wd_scale: float = Field(default=1.0, ge=0, description="Multiply the weight decay.")
+    hold_peak_of: Optional[str] = Field(
+        default=None, description="Hold the LR at the schedule's peak that an lr_trace node measured "
+                                  "(the scheduler is not stepped).", json_schema_extra={"node_runs": "lr_trace"})
+    wd_scale: float = Field(default=1.0, ge=0, description="Multiply the weight decay (0 removes it).")
+    unfreeze: bool = Field(default=False, description="Train every parameter: requires_grad on, and the "
+                                                      "ones the optimizer lacks added to it.")
+    unsquash: bool = Field(default=False, description="Undo a squashing output (log of softmax rows, "
+                                                      "logit of sigmoid values) before the loss sees it.")
+    revive_dead: bool = Field(default=False, description="Re-initialise the ReLU units that never fire on the "
+                                                         "snapshot (their producing rows), keep the rest.")
+    swap_saturating: bool = Field(default=False, description="Replace sigmoid/tanh activations by ReLU (on a "
+                                                             "restart only: init other than checkpoint).")
     loop: Literal["reference", "user"] = Field(default="reference", description="Whose step to run.")
-    init: Literal["checkpoint", "setup", "default"] = Field(
+    init: InitKind = Field(
         default="checkpoint", description="Start from the checkpoint, from setup() called again (its own "
-                                          "init), or from PyTorch's default init (reset_parameters).")
+                                          "init), or from setup()'s model re-initialised: default "
+                                          "(reset_parameters), kaiming, xavier, or scaled (its own init x init_scale).")
+    init_scale: float = Field(default=0.1, gt=0, description="Weight scale of init=scaled.")
     val_every: int = Field(default=0, ge=0, description="Measure val loss every N steps (0: never).")
+    against: Optional[str] = Field(
+        default=None, description="The replay node of the run as it was, from the same start: the fix is "
+                                  "verified against it.", json_schema_extra={"node_runs": "replay"})
+    margin: float = Field(default=DEFAULT_MARGIN, gt=0, le=1,
+                          description="Clearly better: the end window at most margin x the reference's.")
+    level_margin: float = Field(default=DEFAULT_LEVEL_MARGIN, gt=0, le=1,
+                                description="Sane: the end window at most level_margin x the loss of "
+                                            "learning nothing (a constant prediction).")
+
+    @model_validator(mode="after")
+    def _swap_on_a_restart(self) -> "ReplayParams":
+        if self.swap_saturating and self.init == "checkpoint":
+            raise ValueError("swap_saturating changes the model's layers: use it with init setup/default/"
+                             "kaiming/xavier, not the checkpoint's weights")
+        return self
 
 
-class ReplayOutcome(Outcome):
+class ReplayOutcome(VerifiedFix):
     steps_run: int
     losses: list[float] = Field(description="Training loss per step.")
     grad_norms: list[float] = Field(description="Global gradient norm per step, before clipping.")
@@ -71,6 +106,11 @@ class ReplayOutcome(Outcome):
     val_ratio: Optional[float] = Field(default=None, description="Last val loss / best val loss.")
     val_start: Optional[float] = None
     val_end: Optional[float] = None
+    nothing_level: Optional[float] = Field(
+        default=None, description="The loss of a model that learned nothing: the best constant prediction "
+                                  "(label entropy, target variance), else ln K.")
+    level_ratio: Optional[float] = Field(
+        default=None, description="loss_end / nothing_level: ~1 is a run that learned nothing.")
 
 
 @dataclass
@@ -89,11 +129,31 @@ class _Trace:
 
 
 def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
+    """The replay from the restored snapshot, verified against `p.against` when it names one."""
     session = ctx.session
-    setup = session.setup if p.init == "checkpoint" else session.fresh_setup(default_init=p.init == "default")
-    model, optimizer, scheduler = setup.model, setup.optimizer, setup.scheduler
+    setup = session.setup if p.init == "checkpoint" else session.fresh_setup()
+    if p.swap_saturating:
+        swap_saturating(setup.model)
+    apply_init(setup.model, p.init, p.init_scale)
+    if p.revive_dead:
+        revive(find_dead_units(setup, session.batches[:8], session.device), setup.optimizer)
+    with contextlib.ExitStack() as undo:  # interventions that change the user's objects are put back
+        if p.unfreeze:
+            undo.enter_context(unfrozen(setup.model, setup.optimizer))
+        if p.unsquash:
+            undo.enter_context(unsquashed(setup.model))
+        peak_ratio = undo.enter_context(held_at_peak(setup.optimizer, ctx.outcomes.get(p.hold_peak_of))) \
+            if p.hold_peak_of else None
+        trace, clip, skip = _run(ctx, p, setup, peak_ratio)
+    return _summarise(trace, setup.model, clip, skip, ctx, p)
+
+
+def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float]):
+    session = ctx.session
+    model, optimizer = setup.model, setup.optimizer
+    scheduler = setup.scheduler if peak_ratio is None else None  # a held LR does not follow the schedule
     precision = p.precision or setup.precision
-    clip = p.clip if p.clip is not None else setup.grad_clip
+    clip = None if p.no_clip else (p.clip if p.clip is not None else setup.grad_clip)
     clip = clip * p.clip_scale if clip is not None else None
     scaler = grad_scaler(setup, precision, session.device)
     skip = sorted(set(p.skip_batches) | set(_flagged_batches(ctx, p.skip_outliers_of)))
@@ -101,7 +161,7 @@ def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
     if p.subset:
         batches = [first_examples(batches[0], p.subset)]
     scale_weight_decay(optimizer, p.wd_scale)
-    lr_scale = p.lr_scale * _suggested_ratio(ctx, p.lr_scale_from)
+    lr_scale = p.lr_scale * _suggested_ratio(ctx, p.lr_scale_from) * (peak_ratio or 1.0)
     params = trainable(model)
     trace = _Trace(start_weights=[q.detach().clone() for q in model.parameters()],
                    weight_norm_start=param_vector_norm(model))
@@ -132,7 +192,7 @@ def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
         if not math.isfinite(loss) or (scaler is None and not math.isfinite(norm)):
             trace.first_bad = step
             break
-    return _summarise(trace, model, clip, skip)
+    return trace, clip, skip
 
 
 def _suggested_ratio(ctx: Context, node: Optional[str]) -> float:
@@ -161,7 +221,8 @@ def _val_loss(setup, val_batches, precision, device) -> float:
     return float(np.mean(values))
 
 
-def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped: list[int]) -> ReplayOutcome:
+def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped: list[int],
+               ctx: Context, p: ReplayParams) -> ReplayOutcome:
     finite_losses = [x for x in t.losses if math.isfinite(x)]
     finite_norms = [x for x in t.norms if math.isfinite(x)]
     start, end = start_end(finite_losses)
@@ -169,10 +230,17 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         moved = torch.stack([(q.detach() - w).float().norm() for q, w in zip(model.parameters(), t.start_weights)])
     weight_norm_end = param_vector_norm(model)
     weights_finite = math.isfinite(weight_norm_end) and t.weight_norm_start > 0
+    finite = t.first_bad is None and math.isfinite(weight_norm_end)
+    levels = loss_levels(ctx.session)
+    nothing = levels.nothing_learned
     return ReplayOutcome(
+        **verification(finite=finite, loss_start=start, loss_end=end, reference=ctx.outcomes.get(p.against),
+                       against=p.against, levels=levels, margin=p.margin, level_margin=p.level_margin),
+        nothing_level=nothing,
+        level_ratio=end / nothing if end is not None and nothing and nothing > 0 and finite else None,
         steps_run=len(t.losses), losses=t.losses, grad_norms=t.norms, lrs=t.lrs,
         val_steps=t.val_steps, val_losses=t.val_losses, skipped=skipped,
-        finite=t.first_bad is None and math.isfinite(weight_norm_end),
+        finite=finite,
         first_nonfinite_step=t.first_bad, truncated=t.truncated,
         loss_start=start, loss_end=end,
         # A ratio means "how much lower" only for a positive loss; a negative one (an NLL on raw

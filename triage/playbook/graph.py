@@ -3,6 +3,12 @@
 Errors name the file, the node and its line: unknown experiments or parameters, dangling gotos,
 cycles, unreachable nodes, leaves without a diagnosis, conditions on unknown fields or on nodes
 that may not have run yet.
+
+Four kinds of node: a run node (one experiment, then branches on what it measured), a decision node
+(branches on what earlier nodes measured, running nothing), a differential
+node (several candidate experiments from the same snapshot; the winner by the node's rule decides
+where to go) and a leaf (a diagnosis). A differential node's candidates are not nodes of the graph,
+but their ids name experiments like node ids do: later conditions, evidence and proofs read them.
 """
 
 from __future__ import annotations
@@ -22,12 +28,18 @@ from triage.causes import ROOT_CAUSES
 from triage.errors import PlaybookError
 from triage.experiments import Registry, default_registry
 from triage.playbook.conditions import Condition, ConditionError, parse_condition
-from triage.playbook.schema import Finding, LeafNode, PlaybookFile, RunNode
+from triage.playbook.schema import (Candidate, DecisionNode, DifferentialNode, Finding, LeafNode, PlaybookFile,
+                                    RunNode)
 from triage.records import SetupFacts
 
 SETUP_FACTS = tuple(SetupFacts.model_fields)
 RUN_FIELDS = ("status", "seconds")  # every ExperimentRun has these besides its outcome's fields
 LOCATION_KEYS = ("module", "op", "source", "batch", "parameters")
+
+
+Spec = Union[RunNode, DecisionNode, DifferentialNode, LeafNode]
+NODE_KINDS = {"run": RunNode, "decide": DecisionNode, "differential": DifferentialNode, "diagnosis": LeafNode}
+BRANCHING = (RunNode, DecisionNode)
 
 
 @dataclass(frozen=True)
@@ -36,17 +48,34 @@ class Playbook:
     path: str
     sha256: str
     entry: str
-    graph: nx.DiGraph  # node attrs "spec" and, on run nodes, "branches"; edge attr "labels"
+    # node attrs "spec"; "branches" on run and decision nodes, "candidates" on differential nodes;
+    # edge attr "labels"
+    graph: nx.DiGraph
     registry: Registry
     findings: tuple[tuple[Finding, Condition], ...]
-    params: dict[str, Any]  # node id → validated Params of its experiment
+    params: dict[str, Any]  # node or candidate id → validated Params of its experiment
+    experiments: dict[str, str]  # node or candidate id → the experiment it runs
 
-    def spec(self, node: str) -> Union[RunNode, LeafNode]:
+    def spec(self, node: str) -> Spec:
         return self.graph.nodes[node]["spec"]
 
     def branches(self, node: str) -> list[tuple[str, Optional[Condition]]]:
         """(target, condition) in the order written; the last is `otherwise` (condition None)."""
         return self.graph.nodes[node]["branches"]
+
+    def candidates(self, node: str) -> list[tuple[str, Candidate, Optional[Condition]]]:
+        """A differential node's (id, candidate, its `if` condition), in the order written."""
+        return self.graph.nodes[node]["candidates"]
+
+    def budget_s(self, run_id: str) -> float:
+        """The time budget of a run node's or a candidate's experiment."""
+        if run_id in self.graph:
+            return self.spec(run_id).budget_s
+        for node in self.graph:
+            spec = self.spec(node)
+            if isinstance(spec, DifferentialNode) and run_id in spec.differential:
+                return spec.differential[run_id].budget_s
+        raise KeyError(run_id)
 
 
 def default_playbook_path() -> Path:
@@ -60,32 +89,37 @@ def load_playbook(path: Optional[Path] = None, registry: Optional[Registry] = No
     if not path.is_file():
         raise PlaybookError(f"Expected a playbook YAML file at '{path}', found none. Check --playbook.")
     text = path.read_text()
-    lines = _node_lines(text, path)
+    lines, candidate_lines = _node_lines(text)
     raw = _parse_yaml(text, path)
-    where = _Where(path, lines)
+    where = _Where(path, lines, candidate_lines)
     try:
         book = PlaybookFile.model_validate(raw)
     except pydantic.ValidationError as exc:
         raise PlaybookError(where.say(None, _pydantic_message(exc))) from None
     registry = (registry or default_registry()).copy()
     _import_experiments(book, registry, where)
-    graph, params = _build_graph(book, registry, where)
+    _check_defaults(book, registry, where)
+    graph, params, experiments = _build_graph(book, registry, where)
     _check_structure(graph, book.entry, where)
-    _check_references(graph, book.entry, registry, where)
+    refs = _Refs(graph, experiments, registry, where)
+    _check_references(graph, book.entry, refs)
     findings = tuple((f, _condition(f.when, "findings", where)) for f in book.findings)
     for finding, condition in findings:
-        _check_refs_exist(condition, graph, registry, where, f"finding '{finding.id}'")
+        refs.check(condition, f"finding '{finding.id}'")
     return Playbook(name=book.name, path=str(path), sha256=hashlib.sha256(text.encode()).hexdigest(),
-                    entry=book.entry, graph=graph, registry=registry, findings=findings, params=params)
+                    entry=book.entry, graph=graph, registry=registry, findings=findings, params=params,
+                    experiments=experiments)
 
 
 class _Where:
-    """Formats errors as `file:line: node 'x': message`."""
+    """Formats errors as `file:line: node 'x': message` (or `candidate 'x'` for a differential's)."""
 
-    def __init__(self, path: Path, lines: dict[str, int]) -> None:
-        self.path, self.lines = path, lines
+    def __init__(self, path: Path, lines: dict[str, int], candidate_lines: dict[str, int]) -> None:
+        self.path, self.lines, self.candidate_lines = path, lines, candidate_lines
 
     def say(self, node: Optional[str], message: str) -> str:
+        if node in self.candidate_lines and node not in self.lines:
+            return f"Playbook {self.path}:{self.candidate_lines[node]}: candidate '{node}': {message}"
         line = f":{self.lines[node]}" if node in self.lines else ""
         at = f" node '{node}':" if node else ""
         return f"Playbook {self.path}{line}:{at} {message}"
@@ -101,18 +135,24 @@ def _parse_yaml(text: str, path: Path) -> Any:
                             f"({getattr(exc, 'problem', exc)}). Fix the YAML there.") from None
 
 
-def _node_lines(text: str, path: Path) -> dict[str, int]:
-    """Line number of each node id under `nodes:` (1-based), for error messages."""
+def _node_lines(text: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Line number (1-based) of each node id under `nodes:`, and of each differential candidate id."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
-        return {}
+        return {}, {}
     if not isinstance(root, yaml.MappingNode):
-        return {}
+        return {}, {}
+    lines: dict[str, int] = {}
+    candidates: dict[str, int] = {}
     for key, value in root.value:
         if key.value == "nodes" and isinstance(value, yaml.MappingNode):
-            return {k.value: k.start_mark.line + 1 for k, _ in value.value}
-    return {}
+            for node_key, node in value.value:
+                lines[node_key.value] = node_key.start_mark.line + 1
+                for field_key, field in node.value if isinstance(node, yaml.MappingNode) else []:
+                    if field_key.value == "differential" and isinstance(field, yaml.MappingNode):
+                        candidates.update({k.value: k.start_mark.line + 1 for k, _ in field.value})
+    return lines, candidates
 
 
 def _pydantic_message(exc: pydantic.ValidationError) -> str:
@@ -145,8 +185,15 @@ def _import_experiments(book: PlaybookFile, registry: Registry, where: _Where) -
                 raise PlaybookError(where.say(None, f"imports: {exc}")) from None
 
 
+def _check_defaults(book: PlaybookFile, registry: Registry, where: _Where) -> None:
+    for name in book.defaults:
+        if registry.get(name) is None:
+            raise PlaybookError(where.say(None, f"defaults: '{name}' is not a registered experiment. "
+                                                f"Known: {registry.names()}."))
+
+
 def _build_graph(book: PlaybookFile, registry: Registry, where: _Where):
-    graph, params = nx.DiGraph(), {}
+    graph, params, experiments = nx.DiGraph(), {}, {}
     if book.entry not in book.nodes:
         raise PlaybookError(where.say(None, f"expected entry '{book.entry}' to be a node, found nodes "
                                             f"{sorted(book.nodes)}."))
@@ -154,32 +201,47 @@ def _build_graph(book: PlaybookFile, registry: Registry, where: _Where):
         spec = _node_spec(node_id, raw, where)
         graph.add_node(node_id, spec=spec)
         if isinstance(spec, RunNode):
-            params[node_id] = _node_params(node_id, spec, registry, where)
+            params[node_id] = _node_params(node_id, spec.run, spec.with_, book, registry, where)
+            experiments[node_id] = spec.run
+        elif isinstance(spec, DifferentialNode):
+            for cid, candidate in spec.differential.items():
+                if cid in book.nodes or cid in experiments:
+                    raise PlaybookError(where.say(cid, f"candidate id '{cid}' is already used by another node "
+                                                       "or candidate; ids name experiments, so they must be unique."))
+                params[cid] = _node_params(cid, candidate.run, candidate.with_, book, registry, where)
+                experiments[cid] = candidate.run
     for node_id in list(graph.nodes):
         spec = graph.nodes[node_id]["spec"]
-        if isinstance(spec, LeafNode):
+        if isinstance(spec, BRANCHING):
+            targets = [(b.goto, _condition(b.when, node_id, where)) for b in spec.branches]
+            targets.append((spec.otherwise, None))
+            graph.nodes[node_id]["branches"] = targets
+            edges = [(t, c.text if c else "otherwise") for t, c in targets]
+        elif isinstance(spec, DifferentialNode):
+            graph.nodes[node_id]["candidates"] = [
+                (cid, c, _condition(c.if_, cid, where) if c.if_ else None) for cid, c in spec.differential.items()]
+            edges = [(c.then, f"{cid} works best") for cid, c in spec.differential.items() if c.then]
+            edges.append((spec.otherwise, "no fix works"))
+        else:
             continue
-        targets = [(b.goto, _condition(b.when, node_id, where)) for b in spec.branches]
-        targets.append((spec.otherwise, None))
-        for target, condition in targets:
+        for target, label in edges:
             if target not in graph:
                 raise PlaybookError(where.say(node_id, f"goes to '{target}', which is not a node. "
                                                        f"Known nodes: {sorted(graph.nodes)}."))
             labels = graph.edges[node_id, target]["labels"] if graph.has_edge(node_id, target) else []
-            graph.add_edge(node_id, target, labels=labels + [condition.text if condition else "otherwise"])
-        graph.nodes[node_id]["branches"] = targets
-    return graph, params
+            graph.add_edge(node_id, target, labels=labels + [label])
+    return graph, params, experiments
 
 
-def _node_spec(node_id: str, raw: Any, where: _Where) -> Union[RunNode, LeafNode]:
-    if not isinstance(raw, dict) or ("run" in raw) == ("diagnosis" in raw):
-        raise PlaybookError(where.say(node_id, "expected either `run:` (an experiment) or `diagnosis:` "
-                                               "(a leaf), found " + (
-                                                   "both" if isinstance(raw, dict) and "run" in raw
-                                                   else "neither") + "."))
-    model = RunNode if "run" in raw else LeafNode
+def _node_spec(node_id: str, raw: Any, where: _Where) -> Spec:
+    kinds = [key for key in NODE_KINDS if isinstance(raw, dict) and key in raw]
+    if len(kinds) != 1:
+        found = " and ".join(f"`{k}:`" for k in kinds) if kinds else "none of them"
+        raise PlaybookError(where.say(node_id, "expected one of `run:` (an experiment), `decide:` (branches "
+                                               "only), `differential:` (candidate fixes) or `diagnosis:` "
+                                               f"(a leaf), found {found}."))
     try:
-        spec = model.model_validate(raw)
+        spec = NODE_KINDS[kinds[0]].model_validate(raw)
     except pydantic.ValidationError as exc:
         raise PlaybookError(where.say(node_id, _pydantic_message(exc))) from None
     if isinstance(spec, LeafNode) and spec.diagnosis not in ROOT_CAUSES and not spec.title:
@@ -192,17 +254,18 @@ def _node_spec(node_id: str, raw: Any, where: _Where) -> Union[RunNode, LeafNode
     return spec
 
 
-def _node_params(node_id: str, spec: RunNode, registry: Registry, where: _Where):
-    experiment = registry.get(spec.run)
+def _node_params(node_id: str, run: str, with_: dict[str, Any], book: PlaybookFile, registry: Registry,
+                 where: _Where):
+    experiment = registry.get(run)
     if experiment is None:
-        raise PlaybookError(where.say(node_id, f"runs '{spec.run}', which is not a registered experiment. "
+        raise PlaybookError(where.say(node_id, f"runs '{run}', which is not a registered experiment. "
                                                f"Known: {registry.names()}."))
     try:
-        return experiment.params.model_validate(spec.with_)
+        return experiment.params.model_validate({**book.defaults.get(run, {}), **with_})
     except pydantic.ValidationError as exc:
         bad = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         known = ", ".join(experiment.params.model_fields)
-        raise PlaybookError(where.say(node_id, f"parameters of '{spec.run}' are wrong ({bad}). "
+        raise PlaybookError(where.say(node_id, f"parameters of '{run}' are wrong ({bad}). "
                                                f"Its parameters: {known}.")) from None
 
 
@@ -228,8 +291,59 @@ def _check_structure(graph: nx.DiGraph, entry: str, where: _Where) -> None:
                                                    "Point a branch at it, or remove it."))
 
 
-def _check_references(graph: nx.DiGraph, entry: str, registry: Registry, where: _Where) -> None:
-    """Conditions, evidence and locations may only name experiments that ran before them."""
+class _Refs:
+    """Checks what a condition or a parameter names: an experiment (a run node or a candidate) that
+    runs before the point that reads it, and a field its outcome has."""
+
+    def __init__(self, graph: nx.DiGraph, experiments: dict[str, str], registry: Registry, where: _Where):
+        self.graph, self.experiments, self.registry, self.where = graph, experiments, registry, where
+
+    def with_candidates(self, nodes: set[str]) -> set[str]:
+        """`nodes` and the candidates of the differential nodes among them (those ran there)."""
+        out = set(nodes)
+        for n in nodes:
+            if isinstance(self.graph.nodes[n]["spec"], DifferentialNode):
+                out |= set(self.graph.nodes[n]["spec"].differential)
+        return out
+
+    def check(self, condition: Condition, at: str, allowed: Optional[set[str]] = None) -> None:
+        for ref, field in condition.refs:
+            if ref == "setup":
+                if field not in SETUP_FACTS:
+                    raise PlaybookError(self.where.say(at, f"'setup.{field}' is unknown; setup facts: {SETUP_FACTS}."))
+                continue
+            if ref not in self.experiments:
+                raise PlaybookError(self.where.say(at, f"'{condition.text}' names '{ref}', "
+                                                       "which is not an experiment node or candidate."))
+            if allowed is not None and ref not in allowed:
+                raise PlaybookError(self.where.say(at, f"'{condition.text}' reads '{ref}', which does not "
+                                                       "always run before this point; read only nodes on every "
+                                                       "path from the entry."))
+            self.field(ref, field, at, f"'{condition.text}'")
+
+    def field(self, ref: str, field: str, at: str, what: str) -> None:
+        outcome = self.registry.get(self.experiments[ref]).outcome
+        if field not in outcome.model_fields and field not in RUN_FIELDS:
+            raise PlaybookError(self.where.say(at, f"{what}: '{ref}' runs '{self.experiments[ref]}', whose "
+                                                   f"outcome has no field '{field}'. "
+                                                   f"Fields: {sorted(outcome.model_fields)}."))
+
+    def params(self, at: str, run: str, with_: dict[str, Any], allowed: set[str]) -> None:
+        """Parameters that name another node (`skip_outliers_of: batches`) must name one that ran before."""
+        for name, spec in self.registry.get(run).params.model_fields.items():
+            extra = spec.json_schema_extra if isinstance(spec.json_schema_extra, dict) else {}
+            wanted, ref = extra.get("node_runs"), with_.get(name)
+            if wanted is None or ref is None:
+                continue
+            wanted = [wanted] if isinstance(wanted, str) else list(wanted)
+            if self.experiments.get(ref) not in wanted or ref not in allowed:
+                raise PlaybookError(self.where.say(at, f"{name}: '{ref}' must be a node that runs "
+                                                       f"{' or '.join(map(repr, wanted))} on every path before "
+                                                       "this one."))
+
+
+def _check_references(graph: nx.DiGraph, entry: str, refs: _Refs) -> None:
+    """Conditions, parameters, evidence and locations may only name experiments that ran before them."""
     dominators = nx.immediate_dominators(graph, entry)
 
     def must_have_run(node_id: str) -> set[str]:
@@ -237,56 +351,42 @@ def _check_references(graph: nx.DiGraph, entry: str, registry: Registry, where: 
         while current != entry:
             current = dominators[current]
             ran.add(current)
-        return ran
+        return refs.with_candidates(ran)
 
     for node_id, data in graph.nodes(data=True):
         spec = data["spec"]
         before = must_have_run(node_id)
-        if isinstance(spec, RunNode):
-            _check_node_params(node_id, spec, graph, registry, before, where)
+        if isinstance(spec, BRANCHING):
+            if isinstance(spec, RunNode):
+                refs.params(node_id, spec.run, spec.with_, before)
+                before = before | {node_id}
             for _, condition in data["branches"][:-1]:
-                _check_refs_exist(condition, graph, registry, where, node_id, allowed=before | {node_id})
-            continue
-        ancestors = nx.ancestors(graph, node_id)
-        for ref in spec.evidence + ([spec.proof] if spec.proof else []):
-            if ref not in ancestors or not isinstance(graph.nodes[ref]["spec"], RunNode):
-                raise PlaybookError(where.say(node_id, f"evidence/proof '{ref}' must be an experiment node "
-                                                       "on a path to this leaf."))
-        for key, text in spec.location.items():
-            condition = _condition(text, node_id, where)
-            _check_refs_exist(condition, graph, registry, where, node_id, allowed=ancestors)
+                refs.check(condition, node_id, allowed=before)
+        elif isinstance(spec, DifferentialNode):
+            _check_candidates(node_id, spec, data["candidates"], before, refs)
+        else:
+            _check_leaf(node_id, spec, refs.with_candidates(nx.ancestors(graph, node_id)), refs)
 
 
-def _check_node_params(node_id: str, spec: RunNode, graph: nx.DiGraph, registry: Registry,
-                       before: set[str], where: _Where) -> None:
-    """Parameters that name another node (`skip_outliers_of: batches`) must name one that ran before."""
-    for name, field in registry.get(spec.run).params.model_fields.items():
-        wanted = (field.json_schema_extra or {}).get("node_runs") if isinstance(field.json_schema_extra, dict) else None
-        ref = spec.with_.get(name)
-        if wanted is None or ref is None:
-            continue
-        runs = graph.nodes[ref]["spec"].run if ref in graph and isinstance(graph.nodes[ref]["spec"], RunNode) else None
-        if runs != wanted or ref not in before:
-            raise PlaybookError(where.say(node_id, f"{name}: '{ref}' must be a node that runs '{wanted}' on every "
-                                                   "path before this one."))
+def _check_candidates(node_id: str, spec: DifferentialNode, candidates, before: set[str], refs: _Refs) -> None:
+    earlier: set[str] = set()
+    for cid, candidate, condition in candidates:
+        if condition is not None:
+            refs.check(condition, cid, allowed=before | earlier)
+        refs.params(cid, candidate.run, candidate.with_, before | earlier)
+        if candidate.then:
+            refs.field(cid, spec.works, cid, f"works: {spec.works}")
+            refs.field(cid, spec.score, cid, f"score: {spec.score}")
+        earlier.add(cid)
+    if not any(c.then for _, c, _ in candidates):
+        raise PlaybookError(refs.where.say(node_id, "expected at least one candidate with `then:` (a cause it "
+                                                    "leads to), found only controls."))
 
 
-def _check_refs_exist(condition: Condition, graph: nx.DiGraph, registry: Registry, where: _Where,
-                      node_id: str, allowed: Optional[set[str]] = None) -> None:
-    for ref_node, field in condition.refs:
-        if ref_node == "setup":
-            if field not in SETUP_FACTS:
-                raise PlaybookError(where.say(node_id, f"'setup.{field}' is unknown; setup facts: {SETUP_FACTS}."))
-            continue
-        if ref_node not in graph or not isinstance(graph.nodes[ref_node]["spec"], RunNode):
-            raise PlaybookError(where.say(node_id, f"'{condition.text}' names '{ref_node}', "
-                                                   "which is not an experiment node."))
-        if allowed is not None and ref_node not in allowed:
-            raise PlaybookError(where.say(node_id, f"'{condition.text}' reads '{ref_node}', which does not "
-                                                   "always run before this point; read only nodes on every "
-                                                   "path from the entry."))
-        outcome = registry.get(graph.nodes[ref_node]["spec"].run).outcome
-        if field not in outcome.model_fields and field not in RUN_FIELDS:
-            raise PlaybookError(where.say(node_id, f"'{condition.text}': '{ref_node}' runs "
-                                                   f"'{graph.nodes[ref_node]['spec'].run}', whose outcome has no "
-                                                   f"field '{field}'. Fields: {sorted(outcome.model_fields)}."))
+def _check_leaf(node_id: str, spec: LeafNode, ran_before: set[str], refs: _Refs) -> None:
+    for ref in spec.evidence + ([spec.proof] if spec.proof else []):
+        if ref not in ran_before or ref not in refs.experiments:
+            raise PlaybookError(refs.where.say(node_id, f"evidence/proof '{ref}' must be an experiment node or "
+                                                        "candidate on a path to this leaf."))
+    for key, text in spec.location.items():
+        refs.check(_condition(text, node_id, refs.where), node_id, allowed=ran_before)

@@ -29,13 +29,61 @@ class RunNode(_Strict):
     otherwise: str = Field(description="Where to go when no branch holds.")
 
 
+class DecisionNode(_Strict):
+    """Runs nothing: follows the first branch whose condition on earlier outcomes holds."""
+
+    decide: str = Field(description="The question it answers, for the report.")
+    branches: list[Branch] = Field(min_length=1)
+    otherwise: str = Field(description="Where to go when no branch holds.")
+
+    @property
+    def title(self) -> str:
+        return self.decide
+
+
+class Candidate(_Strict):
+    """One counterfactual of a differential node: an experiment that applies one suspected cause's fix."""
+
+    run: str = Field(description="A registered experiment name.")
+    with_: dict[str, Any] = Field(default_factory=dict, alias="with", description="Its parameters.")
+    title: Optional[str] = Field(default=None, description="What this candidate tries, for the report.")
+    if_: Optional[str] = Field(
+        default=None, alias="if", description="Tried only when this condition holds (the fix applies: the "
+                                              "run uses fp16, a scheduler, weight decay, ...).")
+    then: Optional[str] = Field(
+        default=None, description="Where the walk goes when this candidate wins (its diagnosis). Without "
+                                  "it the candidate is a control: a reference run others are paired with.")
+    tier: int = Field(default=1, ge=1, description="Precedence when several fixes work: the lowest tier "
+                                                   "wins (the more specific cause, or the one that repairs a "
+                                                   "measured abnormality); within a tier, the best score.")
+    budget_s: float = Field(default=60.0, gt=0, description="Wall-clock budget of the experiment.")
+
+
+class DifferentialNode(_Strict):
+    """Differential diagnosis: tries every candidate fix from the same snapshot, in the order written,
+    and goes where the winner says; `otherwise` when no candidate's fix works."""
+
+    title: Optional[str] = Field(default=None, description="What this step asks, for the report.")
+    differential: dict[str, Candidate] = Field(min_length=1, description="Candidate id → candidate.")
+    works: str = Field(default="fix_works", description="The outcome field (true/false) that says a "
+                                                        "candidate's fix is verified.")
+    score: str = Field(default="loss_end", description="The outcome field that ranks working candidates "
+                                                       "within a tier: lower is better.")
+    close: float = Field(default=0.8, gt=0, le=1, description="A competitor that also works and scores within "
+                                                             "this ratio of the winner makes the verdict "
+                                                             "medium confidence instead of high.")
+    otherwise: str = Field(description="Where to go when no candidate's fix works.")
+
+
 class LeafNode(_Strict):
     """Ends the walk with a diagnosis."""
 
     diagnosis: str = Field(description="A root-cause id (DESIGN §4) or one of the playbook's own.")
     title: Optional[str] = Field(default=None, description="Required for an id of the playbook's own.")
     fix: str = Field(description="The fix, in a sentence.")
-    confidence: Confidence = "medium"
+    confidence: Confidence = Field(
+        default="medium", description="The most this verdict may claim; reached through a differential "
+                                      "node, the differential's own (measured) confidence caps it.")
     evidence: list[str] = Field(default_factory=list, description="Nodes whose outcomes support it.")
     proof: Optional[str] = Field(default=None, description="The node whose experiment applied the fix.")
     location: dict[str, str] = Field(
@@ -57,5 +105,8 @@ class PlaybookFile(_Strict):
     description: str = ""
     entry: str
     imports: list[str] = Field(default_factory=list, description="Modules exposing EXPERIMENTS.")
-    nodes: dict[str, dict[str, Any]] = Field(description="Node id → a RunNode or a LeafNode.")
+    defaults: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Experiment name → parameters every node running it starts from "
+                                          "(a node's own `with:` overrides them).")
+    nodes: dict[str, dict[str, Any]] = Field(description="Node id → a RunNode, a DifferentialNode or a LeafNode.")
     findings: list[Finding] = Field(default_factory=list)

@@ -12,9 +12,9 @@ import torch
 from triage.causes import ROOT_CAUSES
 from triage.engine import Walk
 from triage.playbook import Playbook, parse_condition
-from triage.playbook.schema import LeafNode
-from triage.report.model import (CheckpointInfo, Environment, FindingRecord, Flowchart, GraphEdge,
-                                 GraphNode, Location, Report)
+from triage.playbook.schema import DecisionNode, DifferentialNode, LeafNode
+from triage.report.model import (CheckpointInfo, Environment, FindingRecord, Flowchart, GraphCandidate,
+                                 GraphEdge, GraphNode, Location, Report)
 from triage.session import Session
 
 
@@ -27,7 +27,7 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         root_cause=leaf.diagnosis,
         title=leaf.title or ROOT_CAUSES[leaf.diagnosis],
-        confidence=leaf.confidence,
+        confidence=walk.confidence,
         fix=leaf.fix,
         proof=leaf.proof if leaf.proof in walk.runs else None,
         evidence=[n for n in leaf.evidence if n in walk.runs],
@@ -59,6 +59,13 @@ def flowchart(playbook: Playbook) -> Flowchart:
         spec = data["spec"]
         if isinstance(spec, LeafNode):
             nodes.append(GraphNode(id=node_id, kind="leaf", label=spec.diagnosis, title=spec.title))
+        elif isinstance(spec, DecisionNode):
+            nodes.append(GraphNode(id=node_id, kind="decision", label="decision", title=spec.title))
+        elif isinstance(spec, DifferentialNode):
+            candidates = [GraphCandidate(id=cid, experiment=c.run, title=c.title, then=c.then, tier=c.tier)
+                          for cid, c in spec.differential.items()]
+            nodes.append(GraphNode(id=node_id, kind="differential", label="differential", title=spec.title,
+                                   candidates=candidates))
         else:
             nodes.append(GraphNode(id=node_id, kind="run", label=spec.run, title=spec.title))
     edges = [GraphEdge(source=u, target=v, labels=d["labels"]) for u, v, d in playbook.graph.edges(data=True)]

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from triage.records import Decision, ExperimentRun
 from triage.history import HistoryPoint
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 class _Frozen(BaseModel):
@@ -32,11 +32,22 @@ class FindingRecord(_Frozen):
     evidence: list[str] = Field(default_factory=list, description="Node ids whose outcomes show it.")
 
 
+class GraphCandidate(_Frozen):
+    """A candidate of a differential node, as the playbook declares it."""
+
+    id: str
+    experiment: str
+    title: Optional[str] = None
+    then: Optional[str] = Field(default=None, description="The node it leads to when it wins; None: a control.")
+    tier: int = 1
+
+
 class GraphNode(_Frozen):
     id: str
-    kind: Literal["run", "leaf"]
+    kind: Literal["run", "decision", "differential", "leaf"]
     label: str = Field(description="The experiment run, or the diagnosis id.")
     title: Optional[str] = None
+    candidates: list[GraphCandidate] = Field(default_factory=list, description="A differential node's candidates.")
 
 
 class GraphEdge(_Frozen):

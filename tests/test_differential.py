@@ -1,0 +1,160 @@
+"""Differential diagnosis in the playbook: candidates tried from the same snapshot, the winner by tier then
+score, the confidence it earns, and the errors a malformed differential node gets when it loads."""
+
+import textwrap
+
+import pytest
+from pydantic import Field
+
+from tests.tiny import mlp_setup
+from triage.engine import walk
+from triage.errors import PlaybookError
+from triage.experiments import Experiment, Outcome, Params, default_registry
+from triage.playbook import load_playbook
+from triage.session import session_from_factory
+
+
+class FakeParams(Params):
+    works: bool = False
+    end: float = 1.0
+
+
+class FakeOutcome(Outcome):
+    fix_works: bool
+    loss_end: float = Field(description="what the fake 'replay' ended at")
+
+
+def fake(ctx, p):
+    return FakeOutcome(fix_works=p.works, loss_end=p.end)
+
+
+def registry():
+    r = default_registry()
+    r.register(Experiment("fake_fix", "a candidate whose figures the test sets", FakeParams, FakeOutcome, fake))
+    return r
+
+
+LEAVES = {
+    "high_lr": "diagnosis: lr_too_high\n  confidence: high\n  fix: lower it",
+    "exploding": "diagnosis: exploding_gradients\n  confidence: high\n  fix: clip",
+    "precision": "diagnosis: fp16_overflow\n  confidence: medium\n  fix: bf16",
+}
+
+
+def book(tmp_path, candidates: str, extra_nodes: str = "") -> str:
+    """A playbook whose entry goes straight to a differential node `which` with these candidates; the
+    leaves they name are added (an unreachable leaf would be an error)."""
+    used = {leaf: body for leaf, body in LEAVES.items() if leaf in candidates + extra_nodes}
+    leaves = "".join(f"  {leaf}:\n" + "".join(f"    {line.strip()}\n" for line in body.splitlines())
+                     for leaf, body in used.items())
+    text = textwrap.dedent("""
+        name: t
+        entry: start
+        nodes:
+          start:
+            decide: Go straight to the candidates
+            branches:
+              - when: setup.batch_count > 0
+                goto: which
+            otherwise: none_works
+          which:
+            title: Which fix works?
+            differential:
+        {candidates}
+            otherwise: none_works
+          none_works:
+            diagnosis: unexplained
+            title: Nothing works
+            fix: look elsewhere
+    """).format(candidates=textwrap.indent(textwrap.dedent(candidates), " " * 6))
+    path = tmp_path / "d.yaml"
+    path.write_text(text + leaves + extra_nodes)
+    return path
+
+
+def diagnose(tmp_path, candidates):
+    result = walk(session_from_factory(mlp_setup), load_playbook(book(tmp_path, candidates), registry()))
+    return result, result.decisions[-1]
+
+
+def test_the_lowest_tier_that_works_wins_even_when_a_general_fix_ends_lower(tmp_path):
+    result, decision = diagnose(tmp_path, """
+        lower: {run: fake_fix, with: {works: true, end: 0.1}, then: high_lr, tier: 2}
+        bf16: {run: fake_fix, with: {works: true, end: 0.5}, then: precision, tier: 1}
+    """)
+    assert result.leaf.diagnosis == "fp16_overflow"
+    assert [c.id for c in decision.candidates if c.winner] == ["bf16"]
+    # a competitor also works and ends lower: medium, and the leaf's own medium caps it anyway
+    assert decision.confidence == "medium" and result.confidence == "medium"
+
+
+def test_within_a_tier_the_best_score_wins_and_a_clearly_worse_rival_leaves_it_high(tmp_path):
+    result, decision = diagnose(tmp_path, """
+        lower: {run: fake_fix, with: {works: true, end: 0.2}, then: high_lr, tier: 2}
+        clip: {run: fake_fix, with: {works: true, end: 0.6}, then: exploding, tier: 2}
+    """)
+    assert result.leaf.diagnosis == "lr_too_high"
+    assert decision.confidence == "high" and result.confidence == "high"
+    assert not any(c.also_works for c in decision.candidates)
+
+
+def test_a_rival_that_works_about_as_well_makes_it_medium(tmp_path):
+    result, decision = diagnose(tmp_path, """
+        lower: {run: fake_fix, with: {works: true, end: 0.20}, then: high_lr, tier: 2}
+        clip: {run: fake_fix, with: {works: true, end: 0.22}, then: exploding, tier: 2}
+    """)
+    assert result.leaf.diagnosis == "lr_too_high" and result.confidence == "medium"
+    assert [c.id for c in decision.candidates if c.also_works] == ["clip"]
+
+
+def test_no_working_fix_goes_otherwise_with_low_confidence(tmp_path):
+    result, decision = diagnose(tmp_path, """
+        lower: {run: fake_fix, with: {works: false, end: 0.1}, then: high_lr, tier: 2}
+    """)
+    assert result.leaf.diagnosis == "unexplained" and decision.confidence == "low"
+    assert decision.candidates[0].tried and decision.candidates[0].works is False
+
+
+def test_a_candidate_whose_if_fails_is_not_tried_and_a_control_never_wins(tmp_path):
+    result, decision = diagnose(tmp_path, """
+        control: {run: fake_fix, with: {works: true, end: 0.01}}
+        bf16: {run: fake_fix, with: {works: true, end: 0.1}, then: precision, if: setup.precision == "fp16"}
+        lower: {run: fake_fix, with: {works: true, end: 0.3}, then: high_lr, tier: 2}
+    """)
+    assert result.leaf.diagnosis == "lr_too_high"
+    tried = {c.id: c.tried for c in decision.candidates}
+    assert tried == {"control": True, "bf16": False, "lower": True}
+    assert "bf16" not in result.runs and "control" in result.runs
+
+
+@pytest.mark.parametrize("candidates, message", [
+    ("lower: {run: fake_fix, then: nowhere}", "goes to 'nowhere', which is not a node"),
+    ("start: {run: fake_fix, then: high_lr}", "candidate id 'start' is already used"),
+    ("lower: {run: fake_fix, with: {wrks: true}, then: high_lr}", "parameters of 'fake_fix' are wrong"),
+    ("lower: {run: fake_fix, then: high_lr, if: clip.fix_works}\n"
+     "clip: {run: fake_fix, then: exploding}", "candidate 'lower': 'clip.fix_works' reads 'clip', which does not always run before"),
+    ("control: {run: fake_fix}", "found only controls"),
+    ("lower: {run: replay, with: {steps: 2}, then: high_lr}\n"
+     "odd: {run: data_check, then: exploding}", "whose outcome has no field 'fix_works'"),
+])
+def test_a_malformed_differential_names_the_candidate_and_what_is_wrong(tmp_path, candidates, message):
+    with pytest.raises(PlaybookError, match=message):
+        load_playbook(book(tmp_path, candidates), registry())
+
+
+def test_later_nodes_may_read_a_candidates_figures(tmp_path):
+    after = """
+      check:
+        decide: Did the control end low?
+        branches:
+          - when: control.loss_end < 0.5
+            goto: high_lr
+        otherwise: exploding
+    """
+    path = book(tmp_path, """
+        control: {run: fake_fix, with: {end: 0.1}}
+        lower: {run: fake_fix, then: high_lr}
+    """, extra_nodes=textwrap.indent(textwrap.dedent(after), "  "))
+    path.write_text(path.read_text().replace("otherwise: none_works\n  none_works", "otherwise: check\n  none_works"))
+    result = walk(session_from_factory(mlp_setup), load_playbook(path, registry()))
+    assert result.path[-2:] == ["check", "high_lr"]

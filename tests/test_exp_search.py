@@ -1,0 +1,79 @@
+"""Searches: the learning rate on a wide grid, and alternative initialisations, each a paired replay."""
+
+import torch
+from torch import nn
+
+import triage
+from tests.tiny import blobs, context, cross_entropy, mlp_setup
+from triage.experiments.replay import REPLAY, ReplayParams
+from triage.experiments.search import INIT_SEARCH, LR_SEARCH, InitSearchParams, LrSearchParams
+
+
+def with_baseline(factory, **replay):
+    ctx = context(factory)
+    ctx.outcomes["base"] = REPLAY.measure(ctx, ReplayParams(steps=30, **replay))
+    ctx.restart()
+    return ctx
+
+
+def test_a_unit_slip_of_ten_thousand_is_inside_the_grid():
+    """An lr of 500 where 0.05 trains: x0.1 .. x0.001 still blow up, x1e-4 works."""
+    ctx = with_baseline(lambda: mlp_setup(lr=500.0))
+    assert not ctx.outcomes["base"].finite or ctx.outcomes["base"].loss_ratio > 1.5
+    out = LR_SEARCH.measure(ctx, LrSearchParams(steps=30, direction="down", against="base"))
+    assert out.fix_works and out.lr_factor <= 1e-3
+    assert [t.setting for t in out.trials][:3] == ["lr x0.1", "lr x0.01", "lr x0.001"]
+    assert out.lrs[0] == 500.0 * out.lr_factor
+
+
+def test_going_up_it_finds_the_lr_that_trains_and_stops_once_higher_is_worse():
+    ctx = with_baseline(lambda: mlp_setup(lr=5e-6))
+    out = LR_SEARCH.measure(ctx, LrSearchParams(steps=30, direction="up", against="base"))
+    assert out.fix_works and out.lr_factor >= 1e3  # a slip of 1e4 is found
+
+    ctx = with_baseline(lambda: mlp_setup(lr=5e-4))
+    out = LR_SEARCH.measure(ctx, LrSearchParams(steps=30, direction="up", against="base"))
+    assert out.fix_works and len(out.trials) < 5  # it stopped once a higher lr did worse
+    assert out.trials[-1].setting != out.chosen and out.loss_end < out.trials[-1].loss_end
+
+
+def test_when_no_lr_works_the_search_says_so():
+    """Labels that are noise: no learning rate makes the loss clearly better than the run and sane."""
+    def noise():
+        s = mlp_setup()
+        g = torch.Generator().manual_seed(3)
+        batches = [(torch.randn(32, 8, generator=g), torch.randint(0, 3, (32,), generator=g)) for _ in range(6)]
+        return s.model_copy(update={"batches": batches})
+
+    ctx = with_baseline(noise)
+    out = LR_SEARCH.measure(ctx, LrSearchParams(steps=30, direction="up", against="base"))
+    assert out.fix_works is False
+    assert not out.trials[-1].finite or len(out.trials) == 5  # up to where higher only blows up sooner
+
+
+def test_a_broken_init_is_repaired_by_a_standard_one():
+    def zero_init():  # every weight 0: no hidden unit ever moves, only the output bias learns
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.zero_()
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                            loss_fn=cross_entropy, batches=blobs())
+
+    ctx = with_baseline(zero_init, init="setup")
+    assert ctx.outcomes["base"].level_ratio > 0.95  # learned nothing
+    out = INIT_SEARCH.measure(ctx, InitSearchParams(steps=30, against="base"))
+    assert out.fix_works and out.chosen in ("init=default", "init=kaiming", "init=xavier", "init=scaled")
+    assert {t.setting for t in out.trials} == {"init=default", "init=kaiming", "init=xavier", "init=scaled"}
+
+
+def test_a_search_leaves_the_users_objects_as_they_were():
+    ctx = context(mlp_setup)
+    before = {k: v.clone() for k, v in ctx.session.setup.model.state_dict().items()}
+    ctx.outcomes["base"] = REPLAY.measure(ctx, ReplayParams(steps=5))
+    ctx.restart()
+    LR_SEARCH.measure(ctx, LrSearchParams(steps=5, direction="up", against="base"))
+    ctx.session.restore()
+    after = ctx.session.setup.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)

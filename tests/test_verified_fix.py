@@ -1,0 +1,121 @@
+"""One definition of "the fix works": clearly better than the run as it was, and at a sane level."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import triage
+from tests.tiny import blobs, context, mlp_setup
+from triage.experiments.levels import loss_levels
+from triage.experiments.replay import REPLAY, ReplayParams
+from triage.experiments.verify import verification
+from triage.experiments.levels import LossLevels
+
+CLASSIFIER = LossLevels(kind="classification", num_classes=3, chance=math.log(3), constant=1.0)
+
+
+class _Run:
+    def __init__(self, finite, loss_end):
+        self.finite, self.loss_end = finite, loss_end
+
+
+def verify(end, reference, finite=True, start=2.0, levels=CLASSIFIER):
+    return verification(finite=finite, loss_start=start, loss_end=end, reference=reference, against="base",
+                        levels=levels)
+
+
+def test_a_fix_that_stays_finite_at_an_absurd_level_does_not_work():
+    # the run blew up (NaN); the counterfactual stays finite but at 10^7 x the learned-nothing level
+    out = verify(1e7, _Run(False, None))
+    assert out["better"] and not out["sane"] and not out["fix_works"]
+
+
+def test_a_fix_clearly_better_and_below_the_learned_nothing_level_works():
+    out = verify(0.3, _Run(True, 1.0))
+    assert out["fix_works"] and out["improvement"] == pytest.approx(0.3)
+    assert out["sane_kind"] == "constant" and out["sane_level"] == pytest.approx(0.9)
+
+
+def test_ending_at_the_learned_nothing_level_is_not_sane():
+    # 0.95 is below the constant prediction's 1.0, but not clearly: a run that learned nothing sits there
+    assert not verify(0.95, _Run(False, None))["fix_works"]
+
+
+def test_a_fix_only_a_little_better_than_the_run_is_not_clearly_better():
+    out = verify(0.5, _Run(True, 0.55))
+    assert out["sane"] and not out["better"] and not out["fix_works"]
+
+
+def test_without_a_known_level_the_fix_must_end_below_its_own_start():
+    unknown = LossLevels(kind="unknown")
+    assert verify(1.0, _Run(True, 2.0), start=1.5, levels=unknown)["fix_works"]
+    assert not verify(1.0, _Run(True, 2.0), start=0.8, levels=unknown)["fix_works"]
+
+
+def test_a_counterfactual_that_is_not_paired_claims_nothing():
+    assert verification(finite=True, loss_start=1, loss_end=0.1, reference=None, against=None,
+                        levels=CLASSIFIER) == {}
+
+
+def test_a_replay_that_spikes_once_and_recovers_still_verifies():
+    """lr x0.1 on a run that diverges: one spike early, then it ends far below the run."""
+    def spiky():
+        s = mlp_setup(lr=0.05)
+        batches = [(x.clone(), y) for x, y in s.batches]
+        batches[1] = (batches[1][0] * 30, batches[1][1])  # one hard batch: a spike it recovers from
+        return s.model_copy(update={"batches": batches})
+
+    ctx = context(spiky)
+    base = REPLAY.measure(ctx, ReplayParams(steps=30, lr_scale=40))
+    ctx.outcomes["base"] = base
+    ctx.restart()
+    fixed = REPLAY.measure(ctx, ReplayParams(steps=30, against="base"))
+    assert max(fixed.losses[:5]) > 2 * fixed.loss_end  # it did spike
+    assert fixed.fix_works, (base.loss_end, fixed.loss_end, fixed.sane_level)
+
+
+def test_the_learned_nothing_level_of_a_classifier_is_its_label_entropy():
+    session = context(mlp_setup).session
+    labels = torch.cat([y for _, y in session.batches])
+    freq = torch.bincount(labels, minlength=3).double() + 1
+    freq /= freq.sum()
+    levels = loss_levels(session)
+    assert levels.kind == "classification" and levels.chance == pytest.approx(math.log(3))
+    assert levels.constant == pytest.approx(float(-(freq * freq.log()).sum()), rel=0.05)
+
+
+def test_the_learned_nothing_level_of_a_regressor_is_the_target_variance():
+    def regression():
+        torch.manual_seed(0)
+        x = torch.randn(128, 4)
+        y = 3 + 2 * x[:, 0]
+        model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.01),
+                            loss_fn=lambda m, b: nn.functional.mse_loss(m(b[0]).squeeze(-1), b[1]),
+                            batches=[(x[i:i + 32], y[i:i + 32]) for i in range(0, 128, 32)])
+
+    session = context(regression).session
+    y = torch.cat([b[1] for b in session.batches])
+    levels = loss_levels(session)
+    assert levels.kind == "regression"
+    assert levels.constant == pytest.approx(float(y.var(unbiased=False)), rel=0.05)
+
+
+def test_a_model_whose_output_is_not_one_tensor_is_judged_against_ln_k():
+    class Pair(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 3)
+
+        def forward(self, x):
+            return {"logits": self.lin(x)}
+
+    def setup():
+        model = Pair()
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), batches=blobs(),
+                            loss_fn=lambda m, b: nn.functional.cross_entropy(m(b[0])["logits"], b[1]))
+
+    levels = loss_levels(context(setup).session)
+    assert levels.constant is None and levels.chance == pytest.approx(math.log(3))

@@ -1,0 +1,160 @@
+"""The loss levels a run is judged against: what a model that learned nothing would score.
+
+- `chance`: ln K for a classifier over K classes (uniform guessing).
+- `constant`: the loss of the best constant prediction, measured through the run's own `loss_fn`:
+  the class frequencies of the snapshot as logits for a classifier (its label entropy), the mean
+  target for a regressor (the target variance under MSE). The model's output is swapped for that
+  constant by a forward hook, so label smoothing, class weights or an ignore index count as the
+  run counts them.
+
+Both depend on the data alone, never on the weights: they are measured once per session.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal, Optional
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from triage.batches import named_tensors
+from triage.experiments.probes import IGNORE_INDEX, class_targets, model_output
+from triage.experiments.training import loss_value
+
+LevelKind = Literal["classification", "regression", "unknown"]
+PROBE_BATCHES = 4  # batches the constant prediction is scored on (the levels are averages)
+
+
+class LossLevels(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kind: LevelKind
+    num_classes: Optional[int] = None
+    chance: Optional[float] = Field(default=None, description="ln K, classifiers only.")
+    constant: Optional[float] = Field(default=None, description="Loss of the best constant prediction.")
+
+    @property
+    def nothing_learned(self) -> Optional[float]:
+        """The loss of a model that learned nothing about its inputs: the best constant prediction (the
+        label frequencies for a classifier, the mean target for a regressor), else ln K. A verified fix
+        must end clearly below it (DESIGN §4: below chance, below predicting the mean)."""
+        return self.constant if self.constant is not None else self.chance
+
+
+def loss_levels(session: Any) -> LossLevels:
+    """The session's levels, measured on first use."""
+    if "loss_levels" not in session.memo:
+        session.memo["loss_levels"] = _measure(session)
+    return session.memo["loss_levels"]
+
+
+class _Stop(Exception):
+    """Raised by the capture hook once the model's output is in hand."""
+
+
+@torch.no_grad()
+def _measure(session: Any) -> LossLevels:
+    setup = session.setup
+    batches = session.batches[:PROBE_BATCHES]
+    output = _top_output(setup, batches[0])
+    targets = class_targets(batches[0])
+    if output is None:  # a structured output (a Hugging Face ModelOutput, a dict): its logits give K only
+        logits = model_output(setup, batches[0], session.device)
+        k = logits.shape[-1] if logits is not None and targets is not None else 0
+        if k >= 2:
+            return LossLevels(kind="classification", num_classes=k, chance=math.log(k))
+        return LossLevels(kind="unknown")
+    k = output.shape[-1] if output.dim() >= 2 else 0
+    if targets is not None and k >= 2:
+        prior = _class_prior(session.batches, k)
+        constant = None if prior is None else _constant_loss(setup, batches, prior.log())
+        return LossLevels(kind="classification", num_classes=k, chance=math.log(k), constant=constant)
+    mean = _target_mean(session.batches, output)
+    if mean is None:
+        return LossLevels(kind="unknown")
+    return LossLevels(kind="regression", constant=_constant_loss(setup, batches, mean))
+
+
+def _top_output(setup: Any, batch: Any) -> Optional[torch.Tensor]:
+    """The model's own output on `batch` when it is one floating tensor (else None), without running
+    the loss on it."""
+    seen: list[Any] = []
+
+    def hook(module, inputs, output):
+        seen.append(output)
+        raise _Stop
+
+    handle = setup.model.register_forward_hook(hook)
+    was_training = setup.model.training
+    setup.model.eval()  # no BatchNorm statistics move, no dropout
+    try:
+        setup.loss_fn(setup.model, batch)
+    except _Stop:
+        pass
+    except Exception:
+        return None
+    finally:
+        handle.remove()
+        setup.model.train(was_training)
+    if not seen or not isinstance(seen[0], torch.Tensor) or not seen[0].is_floating_point():
+        return None
+    return seen[0]
+
+
+def _class_prior(batches: list[Any], k: int) -> Optional[torch.Tensor]:
+    """Class frequencies over the snapshot (add-one smoothed so no class has probability 0)."""
+    counts = torch.ones(k, dtype=torch.float64)
+    for batch in batches:
+        y = class_targets(batch)
+        if y is None:
+            continue
+        y = y.reshape(-1)
+        y = y[(y != IGNORE_INDEX) & (y >= 0) & (y < k)]
+        counts += torch.bincount(y.cpu().long(), minlength=k)[:k].double()
+    return (counts / counts.sum()).float()
+
+
+def _target_mean(batches: list[Any], output: torch.Tensor) -> Optional[torch.Tensor]:
+    """The mean regression target, per output column: the batch's last floating tensor whose element
+    count matches the output's (e.g. (B,) or (B, 1) targets for a (B, 1) output)."""
+    rows = []
+    for batch in batches:
+        target = _regression_target(batch, output.numel() if not rows else None)
+        if target is None:
+            return None
+        rows.append(target.reshape(target.shape[0], -1).double().cpu())
+    if not rows or len({r.shape[1] for r in rows}) != 1:
+        return None
+    mean = torch.cat(rows).mean(0)  # (columns,)
+    return mean.float() if mean.numel() in (1, output.shape[-1]) else None
+
+
+def _regression_target(batch: Any, numel: Optional[int]) -> Optional[torch.Tensor]:
+    floats = [t for _, t in named_tensors(batch) if t.is_floating_point() and t.dim() >= 1]
+    if len(floats) < 2:  # the inputs and a target at least
+        return None
+    target = floats[-1]
+    return target if numel is None or target.numel() == numel else None
+
+
+def _constant_loss(setup: Any, batches: list[Any], constant: torch.Tensor) -> Optional[float]:
+    """The run's loss when the model outputs `constant` (broadcast over its last dim) for every example."""
+    def replace(module, inputs, output):
+        if not isinstance(output, torch.Tensor):
+            return output
+        return constant.to(device=output.device, dtype=output.dtype).expand_as(output).clone()
+
+    handle = setup.model.register_forward_hook(replace)
+    was_training = setup.model.training
+    setup.model.eval()
+    try:
+        values = [loss_value(setup.loss_fn(setup.model, b)) for b in batches]
+    except Exception:  # the loss refuses such outputs (shape or range): no constant level
+        return None
+    finally:
+        handle.remove()
+        setup.model.train(was_training)
+    value = sum(values) / len(values)
+    return value if math.isfinite(value) else None
+

@@ -1,0 +1,127 @@
+"""Searches over one setting, each trial a paired replay from the same snapshot: the learning rate on a
+wide grid, and alternative initialisations. The outcome is the chosen trial's replay (so conditions,
+plots and the fix verification read it like any replay) plus every trial's figures.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.inits import InitKind
+from triage.experiments.replay import ReplayOutcome, ReplayParams, measure as replay
+from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN
+
+# x1e-5 .. x1e5 of the run's LR: a unit slip (1e-3 written as 1e-7, or 10) is inside the grid.
+LR_FACTORS = {"down": [1e-1, 1e-2, 1e-3, 1e-4, 1e-5], "up": [1e1, 1e2, 1e3, 1e4, 1e5]}
+
+
+class Trial(Outcome):
+    setting: str = Field(description="What this trial changed: lr x0.01, init=kaiming, ...")
+    finite: bool
+    loss_end: Optional[float] = None
+    improvement: Optional[float] = None
+    fix_works: Optional[bool] = None
+
+
+class SearchOutcome(ReplayOutcome):
+    chosen: Optional[str] = Field(default=None, description="The trial whose replay this outcome is.")
+    trials: list[Trial] = Field(default_factory=list, description="Every trial, in the order run.")
+
+
+class LrSearchParams(ReplayParams):
+    direction: Literal["down", "up"] = Field(description="Lower the LR (divergence) or raise it (plateau).")
+    factors: Optional[list[float]] = Field(
+        default=None, description="LR multipliers to try, in order; default x0.1..x1e-5 down, x10..x1e5 up.")
+
+
+class LrSearchOutcome(SearchOutcome):
+    lr_factor: Optional[float] = Field(default=None, description="The chosen trial's LR multiplier.")
+
+
+class InitSearchParams(Params):
+    steps: int = Field(default=40, ge=1, le=100_000)
+    inits: list[InitKind] = Field(default_factory=lambda: ["default", "kaiming", "xavier", "scaled"],
+                                  description="Initialisations to restart from, in order.")
+    init_scale: float = Field(default=0.1, gt=0, description="Weight scale of the `scaled` init.")
+    against: Optional[str] = Field(
+        default=None, description="The replay from setup()'s own init (the run as it was, restarted).",
+        json_schema_extra={"node_runs": ["replay"]})
+    margin: float = Field(default=DEFAULT_MARGIN, gt=0, le=1)
+    level_margin: float = Field(default=DEFAULT_LEVEL_MARGIN, gt=0, le=1)
+
+
+def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
+    """Replays at each LR multiplier until one works and the next is no better (or the grid ends)."""
+    trials: list[tuple[float, ReplayOutcome]] = []
+    base = p.model_dump(exclude={"direction", "factors"})
+    for factor in p.factors or LR_FACTORS[p.direction]:
+        ctx.restart()
+        outcome = replay(ctx, ReplayParams(**{**base, "lr_scale": p.lr_scale * factor}))
+        trials.append((factor, outcome))
+        if _settled(trials, p.direction):
+            break
+    factor, chosen = _choose(trials)
+    return LrSearchOutcome(**chosen.model_dump(), lr_factor=factor, chosen=f"lr x{factor:g}",
+                           trials=[_trial(f"lr x{f:g}", o) for f, o in trials])
+
+
+def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
+    """Restarts from each alternative initialisation, each verified against the run's own init."""
+    trials: list[tuple[str, ReplayOutcome]] = []
+    for init in p.inits:
+        ctx.restart()
+        outcome = replay(ctx, ReplayParams(steps=p.steps, init=init, init_scale=p.init_scale,
+                                           against=p.against, margin=p.margin, level_margin=p.level_margin))
+        trials.append((init, outcome))
+    init, chosen = _choose(trials)
+    return SearchOutcome(**chosen.model_dump(), chosen=f"init={init}",
+                         trials=[_trial(f"init={i}", o) for i, o in trials])
+
+
+def _settled(trials: list[tuple[float, ReplayOutcome]], direction: str) -> bool:
+    """Stop once a trial worked and the latest is no better than the best; going up, also once a
+    trial blew up (a higher LR only blows up sooner)."""
+    latest = trials[-1][1]
+    if direction == "up" and not latest.finite and len(trials) > 1:
+        return True
+    working = [o for _, o in trials if o.fix_works]
+    return bool(working) and (not latest.fix_works or latest is not min(working, key=_end))
+
+
+def _choose(trials):
+    """The working trial that ends lowest; when none works, the finite one that ends lowest."""
+    working = [t for t in trials if t[1].fix_works]
+    finite = [t for t in trials if t[1].finite and t[1].loss_end is not None]
+    pool = working or finite or trials[-1:]
+    return min(pool, key=lambda t: _end(t[1]))
+
+
+def _end(outcome: ReplayOutcome) -> float:
+    return outcome.loss_end if outcome.loss_end is not None and outcome.finite else float("inf")
+
+
+def _trial(setting: str, o: ReplayOutcome) -> Trial:
+    return Trial(setting=setting, finite=o.finite, loss_end=o.loss_end, improvement=o.improvement,
+                 fix_works=o.fix_works)
+
+
+LR_SEARCH = Experiment(
+    name="lr_search",
+    summary="Replays at learning rates on a x10 grid (down to x1e-5 or up to x1e5 of the run's), each "
+            "verified against the run as it was; keeps the one that works best.",
+    params=LrSearchParams,
+    outcome=LrSearchOutcome,
+    measure=lr_search,
+)
+
+INIT_SEARCH = Experiment(
+    name="init_search",
+    summary="Restarts the run from alternative initialisations (PyTorch default, Kaiming, Xavier, its own "
+            "scaled down), each verified against a restart from its own init.",
+    params=InitSearchParams,
+    outcome=SearchOutcome,
+    measure=init_search,
+)

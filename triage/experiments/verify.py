@@ -1,0 +1,77 @@
+"""One definition of "the fix works" (DESIGN §4), shared by every experiment that applies a fix.
+
+A counterfactual, started from the same state as the run it is paired with (`against`), works when
+- it stays finite to the end: a spike it recovers from is fine, only its end window counts;
+- it ends clearly better than the run as it was: its end window (the median of its last fifth of
+  steps) at most `margin` x the reference's, or the reference did not end finite at all;
+- it ends at a sane level: clearly below (`level_margin` x) the loss of a model that learned nothing
+  about its inputs — predicting the label frequencies for a classifier (ln K where they cannot be
+  measured), the mean target for a regressor — or below its own start when neither is known.
+  Staying finite at an absurd level (10^7 x chance) is not a fix, nor is ending at chance.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from triage.experiments.base import Outcome
+from triage.experiments.levels import LossLevels
+
+DEFAULT_MARGIN = 0.8  # "clearly better": the end window at least 20% below the run's
+DEFAULT_LEVEL_MARGIN = 0.9  # "clearly below" learning nothing: 10% under it, more than noise
+
+
+class VerifiedFix(Outcome):
+    """The verification figures of a counterfactual (None where it was not paired with a reference)."""
+
+    against: Optional[str] = Field(default=None, description="The node it is paired with: the run as it was.")
+    reference_end: Optional[float] = Field(
+        default=None, description="The reference's end-window loss (inf when it did not end finite).")
+    improvement: Optional[float] = Field(
+        default=None, description="loss_end / reference_end: lower is better; 0 when the reference blew up.")
+    better: Optional[bool] = Field(default=None, description="Ends at most margin x the reference's end.")
+    sane_level: Optional[float] = Field(default=None, description="The level it must end below.")
+    sane_kind: Optional[Literal["constant", "chance", "start"]] = Field(
+        default=None, description="constant: level_margin x the best constant prediction's loss (label "
+                                  "frequencies, mean target); chance: level_margin x ln K; start: its own start.")
+    sane: Optional[bool] = Field(default=None, description="Ends below sane_level.")
+    fix_works: Optional[bool] = Field(default=None, description="Finite, better and sane: the fix is verified.")
+
+
+def verification(*, finite: bool, loss_start: Optional[float], loss_end: Optional[float],
+                 reference: Optional[Outcome], against: Optional[str], levels: LossLevels,
+                 margin: float = DEFAULT_MARGIN, level_margin: float = DEFAULT_LEVEL_MARGIN) -> dict:
+    """The VerifiedFix fields of a counterfactual whose own figures are given, against `reference`
+    (a replay-like outcome with `finite` and `loss_end`)."""
+    if against is None or reference is None:
+        return {}
+    reference_end = _end(reference)
+    ended = finite and loss_end is not None and math.isfinite(loss_end)
+    improvement, better = None, False
+    if ended:
+        if not math.isfinite(reference_end):
+            improvement, better = 0.0, True
+        elif reference_end > 0:
+            improvement = loss_end / reference_end
+            better = improvement <= margin
+        else:  # a loss that can go negative: "clearly" is the same share of its size
+            better = loss_end < reference_end - (1 - margin) * abs(reference_end)
+    if levels.constant is not None and levels.constant > 0:
+        level, kind = level_margin * levels.constant, "constant"
+    elif levels.chance is not None:
+        level, kind = level_margin * levels.chance, "chance"
+    else:
+        level, kind = loss_start, "start"
+    sane = bool(ended and level is not None and loss_end < level)
+    return dict(against=against, reference_end=reference_end, improvement=improvement, better=better,
+                sane_level=level, sane_kind=kind, sane=sane, fix_works=bool(ended and better and sane))
+
+
+def _end(reference: Outcome) -> float:
+    end = getattr(reference, "loss_end", None)
+    if not getattr(reference, "finite", False) or end is None or not math.isfinite(end):
+        return math.inf
+    return float(end)

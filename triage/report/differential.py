@@ -1,0 +1,109 @@
+"""The report's view of a differential node: every candidate fix side by side, and why the winner won."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from triage.records import Decision
+from triage.report import plots
+from triage.report.model import Report
+
+
+@dataclass
+class CandidateRow:
+    id: str
+    title: Optional[str]
+    cause: str  # the diagnosis it stands for; "control" for a reference run
+    tier: Optional[int]
+    tried: bool
+    status: str  # ok / error / oom / timeout / "not tried"
+    end: Any  # end-window loss
+    reference_end: Any
+    improvement: Any
+    sane: Any
+    works: Optional[bool]
+    winner: bool
+    also_works: bool
+
+
+@dataclass
+class DifferentialView:
+    node: str
+    title: Optional[str]
+    confidence: Optional[str]
+    rows: list[CandidateRow]
+    reason: str
+    plot: Optional[str]
+
+
+def differential_views(report: Report) -> list[DifferentialView]:
+    return [_view(report, d) for d in report.decisions if d.candidates]
+
+
+def _view(report: Report, decision: Decision) -> DifferentialView:
+    causes = {n.id: n.label for n in report.flowchart.nodes if n.kind == "leaf"}
+    titles = {n.id: n.title for n in report.flowchart.nodes}
+    declared = {c.id: c for n in report.flowchart.nodes for c in n.candidates}
+    rows = []
+    for c in decision.candidates:
+        run = report.experiment(c.id)
+        outcome = (run.outcome or {}) if run else {}
+        rows.append(CandidateRow(
+            id=c.id, title=declared[c.id].title if c.id in declared else None, cause=causes.get(c.then, c.then) if c.then else "control",
+            tier=c.tier if c.then else None, tried=c.tried, status=run.status if run else "not tried",
+            end=outcome.get("loss_end"), reference_end=outcome.get("reference_end"),
+            improvement=outcome.get("improvement"), sane=outcome.get("sane"), works=c.works,
+            winner=c.winner, also_works=c.also_works))
+    return DifferentialView(node=decision.node, title=titles.get(decision.node), confidence=decision.confidence,
+                            rows=rows, reason=reason(decision, causes), plot=_plot(report, decision))
+
+
+def reason(decision: Decision, causes: dict[str, str]) -> str:
+    """Why the winner won, in a sentence a person can check against the table."""
+    tried = [c for c in decision.candidates if c.tried and c.then]
+    winner = next((c for c in tried if c.winner), None)
+    if winner is None:
+        return (f"None of the {len(tried)} candidate fixes tried works (finite, clearly better than the run "
+                "as it was, and at a sane level), so none of their causes is verified.")
+    name = causes.get(winner.then, winner.then)
+    text = f"{winner.id} ({name}) wins: its fix works"
+    working = [c for c in tried if c.works and c is not winner]
+    rivals = [c for c in working if causes.get(c.then, c.then) != name]
+    if not rivals:
+        return text + " and no competing cause's fix does."
+    lower_tier = [c.id for c in rivals if c.tier > winner.tier]
+    same_tier = [c.id for c in rivals if c.tier == winner.tier]
+    parts = []
+    if lower_tier:
+        parts.append(f"{', '.join(lower_tier)} also work but stand for more general causes (a lower tier) "
+                     "that may only mask this one")
+    if same_tier:
+        parts.append(f"{', '.join(same_tier)} also work at the same tier and end higher")
+    close = [c.id for c in rivals if c.also_works]
+    tail = (f"; {', '.join(close)} came close, so the verdict is medium confidence" if close
+            else "; every competitor ended clearly worse")
+    return f"{text}; " + "; ".join(parts) + tail + "."
+
+
+def _plot(report: Report, decision: Decision) -> Optional[str]:
+    """The tried candidates' loss curves on one axis, with the run as it was."""
+    series = []
+    runs = [report.experiment(c.id) for c in decision.candidates if c.tried and c.then]
+    references = {(run.outcome or {}).get("against") for run in runs if run}
+    for ref in sorted(r for r in references if isinstance(r, str)):
+        run = report.experiment(ref)
+        if run and (run.outcome or {}).get("losses"):
+            series.append(plots.Series(label=f"{ref} (as the run was)", values=run.outcome["losses"],
+                                       color=plots.BASELINE, emphasis=False))
+    tried = [c for c in decision.candidates if c.tried and c.then]
+    for i, c in enumerate(tried):
+        run = report.experiment(c.id)
+        losses = (run.outcome or {}).get("losses") if run else None
+        if losses:
+            color = plots.GOOD if c.winner else plots.PALETTE[(i + 2) % len(plots.PALETTE)]
+            series.append(plots.Series(label=c.id, values=losses, color=color, emphasis=c.winner or bool(c.works),
+                                       dashed=not c.works))
+    if len(series) < 2:
+        return None
+    return plots.loss_curves(series, title=f"Candidate fixes at {decision.node}: loss per step", wide=True)
