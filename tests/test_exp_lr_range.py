@@ -11,7 +11,7 @@ def test_a_learning_rate_100x_too_low_gets_a_suggestion_far_above_it():
     assert out.current_lr == 0.01
     assert out.suggested_ratio > 30
     assert out.diverged_at_lr is not None and out.diverged_at_lr > out.suggested_lr
-    assert len(out.lrs) < 60  # stopped at divergence
+    assert len(out.lrs) < 100  # stopped at divergence, before the sweep's end
     assert out.lrs == sorted(out.lrs)
 
 

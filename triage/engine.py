@@ -206,7 +206,11 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, m
         return Decision(node=node, goto=spec.otherwise, when=None, figures=figures, candidates=results,
                         confidence="low")
     winner = min(working, key=lambda r: (r.tier, r.score if r.score is not None else math.inf))
-    also = {r.id for r in working if r.then != winner.then and _close(r.score, winner.score, spec.close)}
+    # A rival of another cause at the winner's tier that ends about as low: the data cannot tell the two
+    # apart. A working rival of a lower tier is the expected masking (a higher LR also "fixes" a clip
+    # that is too tight) and does not lower the confidence.
+    also = {r.id for r in working if r.then != winner.then and r.tier == winner.tier
+            and _close(r.score, winner.score, spec.close)}
     results = [r.model_copy(update={"winner": r is winner, "also_works": r.id in also}) for r in results]
     return Decision(node=node, goto=winner.then, when=f"{winner.id} works best", figures=figures,
                     candidates=results, confidence="medium" if also else "high")

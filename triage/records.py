@@ -39,8 +39,8 @@ class CandidateResult(BaseModel):
     works: Optional[bool] = Field(default=None, description="The differential's `works` field, as measured.")
     score: Optional[float] = Field(default=None, description="The differential's `score` field (lower is better).")
     winner: bool = False
-    also_works: bool = Field(default=False, description="A competitor of the winner whose fix works about "
-                                                        "as well (the verdict is then medium confidence).")
+    also_works: bool = Field(default=False, description="A competitor of the winner's tier whose fix works "
+                                                        "about as well (the verdict is then medium confidence).")
 
 
 class Decision(BaseModel):
@@ -56,7 +56,7 @@ class Decision(BaseModel):
         default_factory=list, description="At a differential node: every candidate, in the order written.")
     confidence: Optional[Confidence] = Field(
         default=None, description="At a differential node: high when the winner's fix works and every "
-                                  "competitor did clearly worse, medium when a competitor also works, "
+                                  "competitor of its tier did clearly worse, medium when one also works, "
                                   "low when no fix works.")
 
 

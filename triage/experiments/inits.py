@@ -3,8 +3,8 @@
 - `default`: every module's own `reset_parameters()` (PyTorch's default init).
 - `kaiming`: the default, then He/Kaiming normal (fan-in, ReLU gain) on Linear and Conv weights and
   zero biases: what ReLU-family nets are meant to start from.
-- `xavier`: the default, then Xavier/Glorot normal on Linear and Conv weights and zero biases: for
-  tanh/sigmoid nets.
+- `xavier`: the default, then Xavier/Glorot normal on Linear and Conv weights and zero biases, with the
+  gain of the net's saturating activation (5/3 for tanh, 1 for sigmoid): for tanh/sigmoid nets.
 - `scaled`: the run's own init (setup() as written) with every weight matrix scaled down.
 Recurrent, attention, embedding and norm layers keep their default init in `kaiming` and `xavier`:
 both schemes are defined for feed-forward layers.
@@ -36,12 +36,13 @@ def apply_init(model: nn.Module, kind: InitKind, scale: float = 0.1) -> None:
             module.reset_parameters()
     if kind == "default":
         return
+    gain = nn.init.calculate_gain("tanh") if any(isinstance(m, nn.Tanh) for m in model.modules()) else 1.0
     for module in model.modules():
         if not isinstance(module, FEED_FORWARD):
             continue
         if kind == "kaiming":
             nn.init.kaiming_normal_(module.weight, mode="fan_in", nonlinearity="relu")
         else:
-            nn.init.xavier_normal_(module.weight)
+            nn.init.xavier_normal_(module.weight, gain=gain)
         if module.bias is not None:
             nn.init.zeros_(module.bias)

@@ -15,9 +15,10 @@ from triage.experiments.training import current_lr, grad_scaler, reference_step,
 
 
 class LrRangeParams(Params):
-    min_factor: float = Field(default=1e-4, gt=0, description="First LR, as a multiple of the current LR.")
-    max_factor: float = Field(default=1e3, gt=0, description="Last LR, as a multiple of the current LR.")
-    steps: int = Field(default=60, ge=5, le=10_000, description="Steps of the sweep.")
+    # x1e-5 .. x1e5: ten decades, so a unit slip (1e-3 written as 1e-7 or as 10) lies inside the sweep.
+    min_factor: float = Field(default=1e-5, gt=0, description="First LR, as a multiple of the current LR.")
+    max_factor: float = Field(default=1e5, gt=0, description="Last LR, as a multiple of the current LR.")
+    steps: int = Field(default=100, ge=5, le=10_000, description="Steps of the sweep (10 per decade).")
     smoothing: float = Field(default=0.1, gt=0, le=1, description="EMA weight of each new loss.")
     diverge: float = Field(default=4.0, gt=1, description="Stop when the smoothed loss exceeds this x the best.")
 

@@ -33,6 +33,9 @@ class ReplayParams(Params):
     clip: Optional[float] = Field(default=None, gt=0, description="Global grad-norm clip; None: as the run.")
     clip_scale: float = Field(default=1.0, gt=0, description="Multiply the run's own clip threshold.")
     no_clip: bool = Field(default=False, description="Remove gradient clipping entirely.")
+    clip_at_norm_of: Optional[str] = Field(
+        default=None, description="Clip at the typical gradient norm (grad_norm_start) a replay node measured: "
+                                  "only the spikes above it are cut.", json_schema_extra={"node_runs": "replay"})
     precision: Optional[Precision] = Field(default=None, description="Autocast dtype; None: as the run.")
     subset: Optional[int] = Field(default=None, ge=1, description="Train on the first N examples only.")
     skip_batches: list[int] = Field(default_factory=list, description="Snapshot batch indices to leave out.")
@@ -99,6 +102,8 @@ class ReplayOutcome(VerifiedFix):
         default=None, description="Largest rise of the loss above its best so far, in units of loss_start.")
     max_grad_norm: Optional[float] = None
     median_grad_norm: Optional[float] = None
+    grad_norm_start: Optional[float] = Field(
+        default=None, description="Median gradient norm of the first fifth of steps: typical, before any blow-up.")
     clip_threshold: Optional[float] = None
     clipped_fraction: float = Field(default=0.0, description="Steps whose norm exceeded the clip.")
     weight_norm_ratio: Optional[float] = Field(default=None, description="|w| after / |w| before.")
@@ -154,6 +159,8 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float]):
     scheduler = setup.scheduler if peak_ratio is None else None  # a held LR does not follow the schedule
     precision = p.precision or setup.precision
     clip = None if p.no_clip else (p.clip if p.clip is not None else setup.grad_clip)
+    if p.clip_at_norm_of:
+        clip = _typical_norm(ctx, p.clip_at_norm_of)
     clip = clip * p.clip_scale if clip is not None else None
     scaler = grad_scaler(setup, precision, session.device)
     skip = sorted(set(p.skip_batches) | set(_flagged_batches(ctx, p.skip_outliers_of)))
@@ -204,6 +211,13 @@ def _suggested_ratio(ctx: Context, node: Optional[str]) -> float:
     return float(ratio)
 
 
+def _typical_norm(ctx: Context, node: str) -> float:
+    norm = getattr(ctx.outcomes.get(node), "grad_norm_start", None)
+    if not norm or not math.isfinite(norm) or norm <= 0:
+        raise ValueError(f"node '{node}' measured no typical gradient norm to clip at")
+    return float(norm)
+
+
 def _flagged_batches(ctx: Context, node: Optional[str]) -> list[int]:
     if node is None:
         return []
@@ -226,6 +240,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
     finite_losses = [x for x in t.losses if math.isfinite(x)]
     finite_norms = [x for x in t.norms if math.isfinite(x)]
     start, end = start_end(finite_losses)
+    norm_start, _ = start_end(finite_norms)
     with torch.no_grad():
         moved = torch.stack([(q.detach() - w).float().norm() for q, w in zip(model.parameters(), t.start_weights)])
     weight_norm_end = param_vector_norm(model)
@@ -252,6 +267,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         max_rise=_max_rise(finite_losses, start),
         max_grad_norm=max(finite_norms) if finite_norms else None,
         median_grad_norm=float(np.median(finite_norms)) if finite_norms else None,
+        grad_norm_start=norm_start,
         clip_threshold=clip,
         clipped_fraction=sum(n > clip for n in finite_norms) / len(finite_norms) if clip and finite_norms else 0.0,
         weight_norm_ratio=weight_norm_end / t.weight_norm_start if weights_finite else None,

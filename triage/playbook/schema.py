@@ -69,9 +69,9 @@ class DifferentialNode(_Strict):
                                                         "candidate's fix is verified.")
     score: str = Field(default="loss_end", description="The outcome field that ranks working candidates "
                                                        "within a tier: lower is better.")
-    close: float = Field(default=0.8, gt=0, le=1, description="A competitor that also works and scores within "
-                                                             "this ratio of the winner makes the verdict "
-                                                             "medium confidence instead of high.")
+    close: float = Field(default=0.8, gt=0, le=1, description="A competitor of the winner's tier that also "
+                                                             "works and scores within this ratio of the winner "
+                                                             "makes the verdict medium confidence, not high.")
     otherwise: str = Field(description="Where to go when no candidate's fix works.")
 
 

@@ -15,6 +15,7 @@ from typing import Any, Optional
 from triage.playbook.conditions import ConditionError, parse_condition
 from triage.records import Decision, ExperimentRun
 from triage.report import plots
+from triage.report.differential import DifferentialView, differential_views
 from triage.report.model import Report
 
 _CONTEXT_LINE = re.compile(r"^([> ])\s*(\d+) \| ?(.*)$")
@@ -165,6 +166,7 @@ class Views:
     source_context: list[tuple[Optional[int], str, bool]]  # line number, text, the faulting line
     key_figures: list[tuple[str, str]]
     titles: dict[str, Optional[str]] = field(default_factory=dict)
+    differentials: list[DifferentialView] = field(default_factory=list)
 
 
 def build_views(report: Report) -> Views:
@@ -195,7 +197,7 @@ def build_views(report: Report) -> Views:
         overview_plot=_overview_plot(report, references),
         history_plot=_history_plot(report),
         location=_location(report), source_context=_source_context(report),
-        key_figures=key_figures(report), titles=titles,
+        key_figures=key_figures(report), titles=titles, differentials=differential_views(report),
     )
 
 
