@@ -19,7 +19,8 @@ from triage.records import Decision, ExperimentRun
 from triage.report import Report, read_report, write_report
 from triage.report import flowchart, plots
 from triage.report.build import build_report
-from triage.report.model import (CheckpointInfo, Environment, FindingRecord, Flowchart, GraphEdge, GraphNode,
+from triage.report.model import (SCHEMA_VERSION, CheckpointInfo, Environment, FindingRecord, Flowchart, GraphEdge,
+                                 GraphNode,
                                  Location)
 from triage.report.views import key_figures
 from triage.session import session_from_factory
@@ -148,7 +149,7 @@ def test_rerender_from_json_gives_the_same_files(diverged, tmp_path):
 
 def test_read_report_rejects_another_schema_version(finite, tmp_path):
     path = tmp_path / "report.json"
-    path.write_text(finite.model_dump_json().replace('"schema_version":"1.0"', '"schema_version":"0.1"'))
+    path.write_text(finite.model_dump_json().replace(f'"schema_version":"{SCHEMA_VERSION}"', '"schema_version":"0.1"'))
     with pytest.raises(ReportError, match="schema version"):
         read_report(path)
 
