@@ -25,6 +25,7 @@ import torch
 
 from triage.errors import CheckpointError
 from triage.history import HistoryPoint, history_from_log_entries, history_from_value
+from triage.ties import fill_tied_keys
 
 log = logging.getLogger(__name__)
 
@@ -163,9 +164,10 @@ def _read_hf_folder(folder: Path, trusted: bool) -> Checkpoint:
 
 
 def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
-    """Load `state` into `model`, tolerating a wrapper prefix ('model.', 'module.')."""
+    """Load `state` into `model`, tolerating a wrapper prefix ('model.', 'module.') and keys left out
+    because they are tied to a key that is present (triage/ties.py)."""
     expected = set(model.state_dict())
-    state = _strip_prefix(state, expected)
+    state, _ = fill_tied_keys(model, _strip_prefix(state, expected))
     missing = sorted(expected - set(state))
     unexpected = sorted(set(state) - expected)
     if missing or unexpected:
