@@ -17,6 +17,7 @@ from triage.contract import Setup
 from triage.entry import SetupFactory, call_setup, entry_name, load_entry
 from triage.errors import CheckpointError, SetupError
 from triage.history import HistoryPoint, read_history_file
+from triage.integrations.derive import derived_factory
 from triage.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,11 @@ def open_session(entry: Union[str, SetupFactory], checkpoint_path: Optional[Path
 def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoint: Optional[Checkpoint] = None,
                          checkpoint_path: Path = Path("."), seed: int = 0,
                          history: Optional[list[HistoryPoint]] = None) -> Session:
-    """A session from a setup function in memory (what tests and the Python API use)."""
+    """A session from a setup function in memory (what tests and the Python API use).
+
+    `factory` may also be a LightningModule class or a function returning a LightningModule or a
+    transformers.Trainer: the Setup is then derived from it (triage/integrations/derive.py)."""
+    factory = derived_factory(factory, checkpoint)
     seed_everything(seed)
     setup = call_setup(factory, entry)
     _move_to_device(setup)
