@@ -72,13 +72,12 @@ def lightning_setup(module: Any, datamodule: Any, checkpoint: Optional[Checkpoin
     total = manifest.total_steps if manifest else _positive_int(hparams.get("max_steps"))
     batches = load_batches(checkpoint.capture_dir) if _has_batches(checkpoint, manifest) else train_loader
     automatic = bool(getattr(module, "automatic_optimization", True))
-    scheduler_for_step = scheduler if not automatic else None
     log.info("derived a Setup from %s (%s optimization; settings %s)", type(module).__name__,
              "automatic" if automatic else "manual", settings)
     return Setup(
         model=module, optimizer=optimizer, scheduler=scheduler,
-        loss_fn=training_step_loss if automatic else ManualLoss(optimizer),
-        train_step=None if automatic else ManualStep(scheduler_for_step),
+        loss_fn=training_step_loss if automatic else ManualLoss(optimizer, scheduler),
+        train_step=None if automatic else ManualStep(scheduler),
         batches=batches, val_batches=val_loader, precision=precision or "fp32", grad_clip=clip,
         total_steps=total, device=_device(manifest),
     )
@@ -171,12 +170,13 @@ class ManualLoss:
     """Manual optimization's loss for triage's own experiments: the first loss training_step passes to
     manual_backward, with its graph; nothing is stepped."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer):
-        self.optimizer = optimizer
+    def __init__(self, optimizer: torch.optim.Optimizer, scheduler: Any):
+        self.optimizer, self.scheduler = optimizer, scheduler
 
     def __call__(self, model: Any, batch: Any) -> torch.Tensor:
         seen: list[torch.Tensor] = []
-        with _served(model, _OptimizerProxy(self.optimizer, dry=True), None, lambda loss, *a, **k: seen.append(loss)):
+        with _served(model, _OptimizerProxy(self.optimizer, dry=True), self.scheduler,
+                     lambda loss, *a, **k: seen.append(loss)):
             out = model.training_step(batch, 0)
         return seen[0] if seen else _loss_of(out, "training_step")
 
