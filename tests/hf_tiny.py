@@ -30,7 +30,7 @@ class TokenDataset(torch.utils.data.Dataset):
 
 def gpt2(tie: bool = True, seed: int = 0):
     torch.manual_seed(seed)
-    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=SEQ,
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=SEQ, bos_token_id=0, eos_token_id=0,
                                      tie_word_embeddings=tie)
     return transformers.GPT2LMHeadModel(config)
 
@@ -63,3 +63,23 @@ def train_and_save(model, out: Path, steps: int = 2) -> Path:
     args = training_args(out, max_steps=steps, save_strategy="steps", save_steps=steps)
     transformers.Trainer(model=model, args=args, train_dataset=TokenDataset()).train()
     return out / f"checkpoint-{steps}"
+
+
+def trainer_out() -> Path:
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "triage-hf-tiny"
+
+
+def diverging_trainer() -> "transformers.Trainer":
+    """GPT-2 whose learning rate is 0.5 (a typo for 5e-4) after 30 warmup steps: the loss spikes at ~25."""
+    args = training_args(trainer_out(), max_steps=150, learning_rate=0.5, warmup_steps=30,
+                         lr_scheduler_type="constant_with_warmup", logging_steps=10)
+    return transformers.Trainer(model=gpt2(), args=args, train_dataset=TokenDataset(n=256))
+
+
+def healthy_trainer() -> "transformers.Trainer":
+    """The same GPT-2 at lr 1e-3 with an eval set: what a user's make_trainer() returns."""
+    args = training_args(trainer_out(), max_steps=40, learning_rate=1e-3, logging_steps=5)
+    return transformers.Trainer(model=gpt2(), args=args, train_dataset=TokenDataset(n=256),
+                                eval_dataset=TokenDataset(n=32, seed=1))

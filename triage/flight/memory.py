@@ -72,16 +72,14 @@ class History:
     """(step, loss, lr, grad_norm) per step, the last `length` steps."""
 
     def __init__(self, length: int):
-        self._rows: deque[tuple[int, float, Optional[float], Optional[float]]] = deque(maxlen=length)
+        self._rows: deque[tuple[int, Optional[float], Optional[float], Optional[float]]] = deque(maxlen=length)
 
-    def add(self, step: int, loss: float, lr: Optional[float], grad_norm: Optional[float]) -> None:
+    def add(self, step: int, loss: Optional[float], lr: Optional[float], grad_norm: Optional[float]) -> None:
         self._rows.append((step, loss, lr, grad_norm))
 
-    def __iter__(self) -> Iterator[tuple[int, float, Optional[float], Optional[float]]]:
+    def __iter__(self) -> Iterator[tuple[int, Optional[float], Optional[float], Optional[float]]]:
         return iter(self._rows)
 
     def __len__(self) -> int:
         return len(self._rows)
 
-    def losses(self) -> list[float]:
-        return [row[1] for row in self._rows]

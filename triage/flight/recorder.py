@@ -71,12 +71,17 @@ class FlightRecorder:
     def due(self, step: int) -> bool:
         return step % self.settings.snapshot_every == 0
 
-    def record(self, step: int, loss: float, grad_norm: Optional[float], lr: Optional[float],
+    def record(self, step: int, loss: Optional[float], grad_norm: Optional[float], lr: Optional[float],
                batch: Any = None) -> Optional[Trigger]:
+        """One step's figures; `loss` None when the front end could not see it (only the gradient is watched)."""
         self.step = step
         self.history.add(step, loss, lr, grad_norm)
         if batch is not None:
             self.batches.add(step, batch)
+        if loss is None:
+            if grad_norm is not None and not math.isfinite(grad_norm):
+                return Trigger(kind="nonfinite_grad", step=step, detail=f"the gradient norm was {grad_norm}")
+            return None
         return self.watch.observe(step, loss, grad_norm)
 
     def capture(self, trigger: Trigger) -> Optional[Path]:

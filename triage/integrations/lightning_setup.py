@@ -113,7 +113,7 @@ class _OptimizerProxy:
 
 
 class _SchedulerProxy:
-    """`self.lr_schedulers()` inside a replayed manual step: triage steps the real scheduler once per step."""
+    """`self.lr_schedulers()` while triage only wants the loss: stepping it does nothing."""
 
     def __init__(self, scheduler: Any):
         self.scheduler = scheduler
@@ -130,7 +130,7 @@ def _served(module: Any, optimizer: Any, scheduler: Any, backward: Any) -> Itera
     """Serve the Trainer-backed methods a manual training_step calls, on this instance, for one call."""
     methods = {
         "optimizers": lambda use_pl_optimizer=True: optimizer,
-        "lr_schedulers": lambda: _SchedulerProxy(scheduler) if scheduler is not None else None,
+        "lr_schedulers": lambda: scheduler,
         "manual_backward": backward,
         "clip_gradients": lambda opt, gradient_clip_val=None, gradient_clip_algorithm=None: (
             torch.nn.utils.clip_grad_norm_(module.parameters(), gradient_clip_val) if gradient_clip_val else None),
@@ -161,6 +161,7 @@ class ManualStep:
             seen.append(loss.detach())
             loss.backward(*args, **kwargs)
 
+        # The run's own step steps the scheduler when it does (triage's user-loop replay leaves it to it).
         with _served(model, _OptimizerProxy(optimizer, dry=False), self.scheduler, backward):
             out = model.training_step(batch, 0)
         return seen[0] if seen else _loss_of(out, "training_step")
@@ -175,7 +176,8 @@ class ManualLoss:
 
     def __call__(self, model: Any, batch: Any) -> torch.Tensor:
         seen: list[torch.Tensor] = []
-        with _served(model, _OptimizerProxy(self.optimizer, dry=True), self.scheduler,
+        scheduler = _SchedulerProxy(self.scheduler) if self.scheduler is not None else None
+        with _served(model, _OptimizerProxy(self.optimizer, dry=True), scheduler,
                      lambda loss, *a, **k: seen.append(loss)):
             out = model.training_step(batch, 0)
         return seen[0] if seen else _loss_of(out, "training_step")
