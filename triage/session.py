@@ -70,13 +70,14 @@ class Session:
 
 
 def open_session(entry: Union[str, SetupFactory], checkpoint_path: Optional[Path], seed: int = 0,
-                 history_path: Optional[Path] = None, trust_checkpoint: bool = False) -> Session:
+                 history_path: Optional[Path] = None, trust_checkpoint: bool = False,
+                 history_keys: tuple[Optional[str], Optional[str]] = (None, None)) -> Session:
     """The session for `--entry` (a spec, or the setup function itself) and `--checkpoint`:
     setup() called, checkpoint loaded, snapshot taken."""
     checkpoint = read_checkpoint(Path(checkpoint_path), trust_checkpoint) if checkpoint_path else None
     factory, name = (entry, entry_name(entry)) if callable(entry) else (load_entry(entry), entry)
     return session_from_factory(factory, name, checkpoint, Path(checkpoint_path or "."), seed,
-                                read_history_file(history_path) if history_path else None)
+                                read_history_file(history_path, *history_keys) if history_path else None)
 
 
 def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoint: Optional[Checkpoint] = None,
