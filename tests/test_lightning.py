@@ -15,7 +15,7 @@ from triage.session import open_session
 
 
 def captured(tmp_path, module, **trainer_args):
-    callback = TriageCallback(dir=tmp_path / "captures")
+    callback = TriageCallback(dir=tmp_path / "captures", settings=triage.RecorderSettings(snapshot_every=25))
     fit(module, tmp_path, [callback], **trainer_args)
     assert len(callback.captures) == 1, "the run diverges after its LR jump: the callback must capture it"
     return callback.captures[0]

@@ -99,6 +99,7 @@ def build(jump_at=40):
 def train(tmp_path, steps=200, settings=None, batches=None):
     model, opt, sched = build()
     batches = batches or digits()
+    settings = settings or triage.RecorderSettings(snapshot_every=25, keep_batches=32)
     rec = triage.Recorder(model, opt, sched, dir=tmp_path / "captures", entry="mymod:setup", settings=settings)
     weights = {}
     for step in range(1, steps + 1):

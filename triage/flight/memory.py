@@ -38,6 +38,18 @@ def tensor_bytes(value: Any) -> int:
     return sum(t.numel() * t.element_size() for _, t in named_tensors(value))
 
 
+def _measure(batch: Any) -> tuple[int, bool]:
+    """(bytes of the tensors in a nested batch, whether all are on CPU): one walk, called every step."""
+    if isinstance(batch, torch.Tensor):
+        return batch.numel() * batch.element_size(), batch.device.type == "cpu"
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    size, on_cpu = 0, True
+    for item in items:
+        s, c = _measure(item)
+        size, on_cpu = size + s, on_cpu and c
+    return size, on_cpu
+
+
 class BatchRing:
     """The last batches of the run, oldest first, within `keep` batches and `max_bytes` bytes.
 
@@ -53,9 +65,9 @@ class BatchRing:
     def add(self, step: int, batch: Any) -> None:
         if self.keep == 0:
             return
-        if any(t.device.type != "cpu" for _, t in named_tensors(batch)):
+        size, on_cpu = _measure(batch)
+        if not on_cpu:
             batch = map_tensors(batch, lambda t: t.detach().to("cpu"))
-        size = tensor_bytes(batch)
         self._items.append((step, batch, size))
         self.bytes += size
         while self._items and (len(self._items) > self.keep or (self.bytes > self.max_bytes and len(self._items) > 1)):

@@ -31,9 +31,12 @@ log = logging.getLogger("triage.recorder")
 class RecorderSettings(TriggerSettings):
     """What the recorder keeps and when it captures."""
 
-    snapshot_every: int = Field(default=25, ge=1, description="Steps between CPU copies of the last good state.")
-    keep_batches: int = Field(default=32, ge=0, description="Batches kept (the most recent). At least "
+    snapshot_every: int = Field(default=50, ge=1, description="Steps between CPU copies of the last good state.")
+    keep_batches: int = Field(default=64, ge=0, description="Batches kept (the most recent). At least "
                               "snapshot_every keeps every batch since the snapshot.")
+    grad_norm_every: int = Field(default=1, ge=1, description="Steps between gradient norms (when the loop "
+                                 "does not pass its own); a non-finite gradient between two shows as a "
+                                 "non-finite loss one step later.")
     max_batch_mb: float = Field(default=256.0, gt=0, description="Memory the kept batches may take, in MiB.")
     history_len: int = Field(default=100_000, ge=1, description="Steps of loss / LR / gradient-norm history kept.")
     max_captures: int = Field(default=1, ge=0, description="Captures written at most; later triggers are logged.")
@@ -105,9 +108,12 @@ def total_grad_norm(params: list[torch.nn.Parameter]) -> Optional[torch.Tensor]:
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return None
-    if hasattr(torch.nn.utils, "get_total_norm"):  # torch >= 2.6
-        return torch.nn.utils.get_total_norm(grads, 2.0)
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    if hasattr(torch, "_foreach_norm") and all(g.device == grads[0].device and g.dtype == grads[0].dtype
+                                               for g in grads):
+        # Two kernels (what clip_grad_norm_ does inside, without its per-call Python bookkeeping).
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()).to(grads[0].device)
+                                                 for g in grads]))
 
 
 def scalars(loss: Any, grad_norm: Any) -> tuple[float, Optional[float]]:
@@ -115,8 +121,8 @@ def scalars(loss: Any, grad_norm: Any) -> tuple[float, Optional[float]]:
     if isinstance(loss, torch.Tensor) and isinstance(grad_norm, torch.Tensor) and loss.device.type != "cpu":
         both = torch.stack([loss.detach().float().reshape(()), grad_norm.detach().float().to(loss.device)]).tolist()
         return both[0], both[1]
-    value = float(loss.detach().float()) if isinstance(loss, torch.Tensor) else float(loss)
-    norm = float(grad_norm) if grad_norm is not None else None
+    value = loss.item() if isinstance(loss, torch.Tensor) else float(loss)
+    norm = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm
     return value, norm
 
 
@@ -161,7 +167,7 @@ class Recorder:
         """Record one finished step. `grad_norm` (e.g. what clip_grad_norm_ returned) saves computing it.
         Returns the capture folder when this step triggered one."""
         step = self.flight.step + 1
-        if grad_norm is None:
+        if grad_norm is None and step % self.flight.settings.grad_norm_every == 0:
             grad_norm = total_grad_norm(self._params)
         value, norm = scalars(loss, grad_norm)
         lr = self.optimizer.param_groups[0].get("lr")
