@@ -1,11 +1,14 @@
 """The flight recorder's cost per step on the fault zoo's models, and the size of a capture folder.
 
-    python benchmarks/recorder_overhead.py [NAMES...] [--steps 50] [--rounds 7]
+    python benchmarks/recorder_overhead.py [NAMES...] [--steps 100] [--rounds 5]
 
 Each model trains with its own stock loop (zero_grad, forward under its autocast, backward, clip, step,
-scheduler) on one torch thread, in alternating rounds without and with `recorder.step(loss, batch)` under
-the default RecorderSettings; the overhead is the median round time with the recorder against the median
-without. A capture is then written to measure its size on disk. Target: under 5 % per step.
+scheduler) on one torch thread, calling `recorder.step(loss, batch)` after every step under the default
+RecorderSettings. The step and the recorder are timed separately, every step, in rounds of `steps`
+steps (each round holds its snapshots: `snapshot_every` divides it); the overhead is the fastest round's
+recorder time over the fastest round's step time. Timing each part inside the same round, and taking
+the fastest round, keeps other work on a shared machine out of the figure. A capture is then written to
+measure its size on disk. Target: under 5 % per step.
 """
 
 from __future__ import annotations
@@ -49,35 +52,33 @@ def measure(name: str, steps: int, rounds: int, root: Path) -> dict:
     recorder = triage.Recorder(setup.model, setup.optimizer, setup.scheduler, dir=root / name)
     i = 0
 
-    def run(with_recorder: bool) -> float:
+    def run() -> tuple[float, float]:
         nonlocal i
-        start = time.perf_counter()
+        step_s = record_s = 0.0
         for _ in range(steps):
             batch = batches[i % len(batches)]
             i += 1
+            t0 = time.perf_counter()
             loss = one_step(setup, batch)
-            if with_recorder:
-                recorder.step(loss, batch)
-        return (time.perf_counter() - start) / steps
+            t1 = time.perf_counter()
+            recorder.step(loss, batch)
+            step_s, record_s = step_s + t1 - t0, record_s + time.perf_counter() - t1
+        return step_s / steps, record_s / steps
 
-    run(False), run(True)  # warm up; a run that fails at once writes its capture here, outside the timing
-    plain, recorded = [], []
-    for _ in range(rounds):
-        plain.append(run(False))
-        recorded.append(run(True))
+    run()  # warm up; a run that fails at once writes its capture here, outside the timing
+    rounds_ = [run() for _ in range(rounds)]
+    base, rec = min(r[0] for r in rounds_), min(r[1] for r in rounds_)
     folder = recorder.captures[0] if recorder.captures else recorder.capture("benchmark")
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    base, withrec = statistics.median(plain), statistics.median(recorded)
-    return {"name": name, "step_ms": base * 1e3, "recorder_us": (withrec - base) * 1e6,
-            "overhead": (withrec - base) / base, "capture_kb": size / 1024,
-            "params": sum(p.numel() for p in setup.model.parameters())}
+    return {"name": name, "step_ms": base * 1e3, "recorder_us": rec * 1e6, "overhead": rec / base,
+            "capture_kb": size / 1024, "params": sum(p.numel() for p in setup.model.parameters())}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*")
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.ERROR)

@@ -146,7 +146,12 @@ def _read_capture(folder: Path, trusted: bool) -> Checkpoint:
         raise CheckpointError(f"Expected the capture '{folder}' to hold {manifest.checkpoint} as its manifest "
                               "says, found no such file. The capture is incomplete: re-capture.")
     checkpoint = read_checkpoint(inner, trusted)
-    history = read_history_file(folder / HISTORY) if (folder / HISTORY).is_file() else checkpoint.history
+    history = checkpoint.history
+    if (folder / HISTORY).is_file():
+        try:
+            history = read_history_file(folder / HISTORY)
+        except CheckpointError as exc:  # e.g. a Trainer whose custom loss the recorder could not see
+            log.warning("capture %s: no loss history (%s)", folder, exc)
     return dataclasses.replace(checkpoint, step=manifest.checkpoint_step, history=history, capture_dir=folder)
 
 

@@ -34,7 +34,7 @@ class RecorderSettings(TriggerSettings):
     snapshot_every: int = Field(default=50, ge=1, description="Steps between CPU copies of the last good state.")
     keep_batches: int = Field(default=64, ge=0, description="Batches kept (the most recent). At least "
                               "snapshot_every keeps every batch since the snapshot.")
-    grad_norm_every: int = Field(default=1, ge=1, description="Steps between gradient norms (when the loop "
+    grad_norm_every: int = Field(default=10, ge=1, description="Steps between gradient norms (when the loop "
                                  "does not pass its own); a non-finite gradient between two shows as a "
                                  "non-finite loss one step later.")
     max_batch_mb: float = Field(default=256.0, gt=0, description="Memory the kept batches may take, in MiB.")

@@ -71,7 +71,8 @@ class TriageCallback(_pl.Callback):
         self.flight.remember(self._step, self._state(trainer, pl_module))
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
-        self._grad_norm = total_grad_norm([p for p in pl_module.parameters() if p.requires_grad])
+        if (self._step + 1) % self.settings.grad_norm_every == 0:
+            self._grad_norm = total_grad_norm([p for p in pl_module.parameters() if p.requires_grad])
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.flight is None:

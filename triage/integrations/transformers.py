@@ -86,7 +86,8 @@ class TriageCallback(_tf.TrainerCallback):
         self.flight.remember(state.global_step, self._state(state))
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self._grad_norm = total_grad_norm(self._params)
+        if (state.global_step + 1) % self.settings.grad_norm_every == 0:
+            self._grad_norm = total_grad_norm(self._params)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.flight is None:
