@@ -8,7 +8,8 @@ RecorderSettings. The step and the recorder are timed separately, every step, in
 steps (each round holds its snapshots: `snapshot_every` divides it); the overhead is the fastest round's
 recorder time over the fastest round's step time. Timing each part inside the same round, and taking
 the fastest round, keeps other work on a shared machine out of the figure. A capture is then written to
-measure its size on disk. Target: under 5 % per step.
+measure its size on disk (the trigger column says what fired on its own in those steps, '-' for nothing).
+Target: under 5 % per step.
 """
 
 from __future__ import annotations
@@ -68,9 +69,10 @@ def measure(name: str, steps: int, rounds: int, root: Path) -> dict:
     run()  # warm up; a run that fails at once writes its capture here, outside the timing
     rounds_ = [run() for _ in range(rounds)]
     base, rec = min(r[0] for r in rounds_), min(r[1] for r in rounds_)
+    fired = recorder.captures[0].name.split("-", 2)[2] if recorder.captures else "-"
     folder = recorder.captures[0] if recorder.captures else recorder.capture("benchmark")
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    return {"name": name, "step_ms": base * 1e3, "recorder_us": rec * 1e6, "overhead": rec / base,
+    return {"name": name, "fired": fired, "step_ms": base * 1e3, "recorder_us": rec * 1e6, "overhead": rec / base,
             "capture_kb": size / 1024, "params": sum(p.numel() for p in setup.model.parameters())}
 
 
@@ -89,10 +91,11 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append(measure(name, args.steps, args.rounds, Path(root)))
             except Exception as exc:  # an example whose fault raises in its own loop
                 print(f"{name:28s} skipped ({type(exc).__name__}: {exc})", file=sys.stderr)
-    print(f"{'example':28s} {'params':>8s} {'step ms':>8s} {'recorder us':>12s} {'overhead':>9s} {'capture KiB':>12s}")
+    print(f"{'example':28s} {'params':>8s} {'step ms':>8s} {'recorder us':>12s} {'overhead':>9s} "
+          f"{'capture KiB':>12s}  trigger")
     for r in rows:
         print(f"{r['name']:28s} {r['params']:8d} {r['step_ms']:8.2f} {r['recorder_us']:12.1f} "
-              f"{r['overhead']:9.1%} {r['capture_kb']:12.0f}")
+              f"{r['overhead']:9.1%} {r['capture_kb']:12.0f}  {r['fired']}")
     overheads = [r["overhead"] for r in rows if math.isfinite(r["overhead"])]
     if overheads:
         print(f"median overhead {statistics.median(overheads):.1%}, worst {max(overheads):.1%} "
