@@ -39,6 +39,7 @@ def test_triage_derives_the_setup_from_the_module_and_finds_the_cause(tmp_path):
     assert isinstance(setup.model, LitMLP) and setup.grad_clip == 5.0 and setup.train_step is None
     assert setup.scheduler.last_epoch == read_checkpoint(folder).step  # the checkpoint's scheduler state
     assert len(session.batches) == len(json.loads((folder / "manifest.json").read_text())["batch_steps"])
+    assert len(session.val_batches) == 4, "val_dataloader() is the validation data"
     report, _ = triage.run("tests.lightning_tiny:LitMLP", folder, out=tmp_path / "report")
     assert report.root_cause == "lr_too_high"
 

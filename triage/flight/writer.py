@@ -22,7 +22,9 @@ log = logging.getLogger("triage.recorder")
 # (capture folder, the CPU state the recorder kept, its step) -> (path inside the folder, layout)
 CheckpointWriter = Callable[[Path, Any, int], tuple[str, str]]
 
-PLACEHOLDER_ENTRY = "YOUR_MODULE:setup"
+# What --entry names when the recorder was not told: a setup(), the LightningModule, make_trainer().
+PLACEHOLDERS = {"torch": "YOUR_MODULE:setup", "lightning": "YOUR_MODULE:YourLightningModule",
+                "transformers": "YOUR_MODULE:make_trainer"}
 
 
 def new_capture_dir(root: Path, step: int, trigger: Trigger) -> Path:
@@ -36,8 +38,8 @@ def new_capture_dir(root: Path, step: int, trigger: Trigger) -> Path:
     return folder
 
 
-def triage_command(folder: Path, entry: Optional[str]) -> str:
-    return shlex.join(["triage", "run", "--checkpoint", str(folder), "--entry", entry or PLACEHOLDER_ENTRY])
+def triage_command(folder: Path, entry: str) -> str:
+    return shlex.join(["triage", "run", "--checkpoint", str(folder), "--entry", entry])
 
 
 def ordered_batches(batches: list[tuple[int, Any]], checkpoint_step: int) -> list[tuple[int, Any]]:
@@ -74,14 +76,16 @@ def write_capture(root: Path, trigger: Trigger, state: Any, checkpoint_step: int
         torch.save([map_tensors(b, lambda t: t.detach().cpu().clone()) for _, b in kept], folder / BATCHES)
     if len(history):
         write_history(folder / HISTORY, history)
-    command = triage_command(folder, entry)
+    placeholder = PLACEHOLDERS.get(framework, PLACEHOLDERS["torch"])
+    command = triage_command(folder, entry or placeholder)
     manifest = CaptureManifest(
         framework=framework, trigger=trigger, step=trigger.step, checkpoint=checkpoint, checkpoint_layout=layout,
         checkpoint_step=checkpoint_step, batch_steps=[s for s, _ in kept], precision=precision,
         grad_clip=grad_clip, total_steps=total_steps, device=device, run_settings=run_settings, entry=entry,
         command=command, versions=versions())
     (folder / MANIFEST).write_text(manifest.model_dump_json(indent=2))
-    hint = "" if entry else f" (replace {PLACEHOLDER_ENTRY} with the setup() that rebuilds this run)"
+    hint = "" if entry else (f"\n    (name in place of {placeholder} what rebuilds this run: a setup(), the "
+                             "LightningModule class, or a function returning the Trainer)")
     log.warning("triage: %s at step %d; captured to %s (checkpoint from step %d, %d batches). Triage it with:\n"
                 "    %s%s", trigger.kind.replace("_", " "), trigger.step, folder, checkpoint_step, len(kept),
                 command, hint)

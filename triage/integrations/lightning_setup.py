@@ -50,6 +50,7 @@ def lightning_setup(module: Any, datamodule: Any, checkpoint: Optional[Checkpoin
     manifest = _manifest(checkpoint)
     hparams = checkpoint.hyper_parameters if checkpoint else {}
     data = datamodule if datamodule is not None else module
+    module.trainer = None  # a module that was fitted in this process would log into its old Trainer
     if datamodule is not None:
         datamodule.prepare_data()
         datamodule.setup("fit")
