@@ -26,6 +26,7 @@ from triage.integrations import require
 from triage.ties import alias_groups
 
 _tf = require("transformers", "transformers")
+_TRAINER_KWARGS = ("num_items_in_batch",)
 
 
 def hf_checkpoint_writer(model: torch.nn.Module):
@@ -126,7 +127,8 @@ class TriageCallback(_tf.TrainerCallback):
 
     def _see_inputs(self, module, args, kwargs):
         if module.training and torch.is_grad_enabled():
-            self._batches.append(dict(kwargs) if kwargs else args)
+            # The collator's batch; num_items_in_batch is the Trainer's loss normaliser for this step, not data.
+            self._batches.append({k: v for k, v in kwargs.items() if k not in _TRAINER_KWARGS} if kwargs else args)
 
     def _see_output(self, module, args, output):
         if not (module.training and torch.is_grad_enabled()):
