@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from tests.lightning_tiny import L, DigitsData, LitManual, LitMLP, fit, module_with_data
+from tests.lightning_tiny import LitManual, LitMLP, fit, module_with_data
 import triage
 from triage.checkpoint import read_checkpoint
 from triage.integrations.lightning import TriageCallback

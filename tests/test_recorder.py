@@ -4,12 +4,11 @@ import json
 import math
 import random
 
-import pytest
 import torch
 from torch import nn
 
 import triage
-from tests.tiny import blobs, cross_entropy
+from tests.tiny import cross_entropy
 from triage.checkpoint import read_checkpoint
 from triage.flight.memory import BatchRing, cpu_copy
 from triage.flight.triggers import TriggerSettings, TriggerWatch
