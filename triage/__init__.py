@@ -13,10 +13,12 @@ from triage.contract import Setup
 from triage.errors import (CheckpointError, EntryError, PlaybookError, ReportError, SetupError,
                            TriageError)
 from triage.experiments import Context, Experiment, Outcome, Params
+from triage.flight.manifest import load_batches
+from triage.flight.recorder import Recorder, RecorderSettings
 from triage.report import Report
 
 __all__ = [
-    "Setup", "run", "save_checkpoint", "Report",
+    "Setup", "run", "save_checkpoint", "Report", "Recorder", "RecorderSettings", "load_batches",
     "TriageError", "EntryError", "SetupError", "CheckpointError", "PlaybookError", "ReportError",
     "Experiment", "Params", "Outcome", "Context",
 ]

@@ -6,13 +6,16 @@ Layouts understood (DESIGN §1):
 - a bare model state_dict (every value a tensor);
 - a PyTorch Lightning `.ckpt` (`state_dict`, `optimizer_states`, `lr_schedulers`, `global_step`);
 - a Hugging Face Trainer checkpoint folder (`pytorch_model.bin` or `model.safetensors`,
-  `optimizer.pt`, `scheduler.pt`, `trainer_state.json`).
+  `optimizer.pt`, `scheduler.pt`, `trainer_state.json`);
+- a capture folder written by the flight recorder (`manifest.json` naming one of the above, and the
+  run's `history.csv`).
 
 Files are opened read-only with `torch.load(weights_only=True)` unless the user trusts them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import pickle
@@ -24,7 +27,9 @@ from typing import Any, Optional
 import torch
 
 from triage.errors import CheckpointError
-from triage.history import HistoryPoint, history_from_log_entries, history_from_value
+from triage.flight.manifest import HISTORY, is_capture, read_manifest
+from triage.history import HistoryPoint, history_from_log_entries, history_from_value, read_history_file
+from triage.ties import fill_tied_keys
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,9 @@ class Checkpoint:
     scaler_state: Optional[dict[str, Any]] = None
     step: Optional[int] = None
     history: list[HistoryPoint] = field(default_factory=list)
+    hyper_parameters: dict[str, Any] = field(default_factory=dict)  # a Lightning module's saved hparams
+    datamodule_hyper_parameters: dict[str, Any] = field(default_factory=dict)
+    capture_dir: Optional[Path] = None  # the capture folder this checkpoint came from, if any
 
 
 def read_checkpoint(path: Path, trusted: bool = False) -> Checkpoint:
@@ -52,6 +60,8 @@ def read_checkpoint(path: Path, trusted: bool = False) -> Checkpoint:
             f"Expected a checkpoint at '{path}', found no such file or folder. "
             "Pass the path of the .pt/.ckpt file (or Hugging Face checkpoint folder) your run saved."
         )
+    if is_capture(path):
+        return _read_capture(path, trusted)
     if path.is_dir():
         return _read_hf_folder(path, trusted)
     return _read_dict(_load(path, trusted), path)
@@ -119,7 +129,30 @@ def _read_lightning(data: dict[str, Any]) -> Checkpoint:
         scheduler_state=schedulers[0],
         scaler_state=data.get("MixedPrecision") or data.get("native_amp_scaling_state"),
         step=_as_int(data.get("global_step")),
+        hyper_parameters=_plain_dict(data.get("hyper_parameters")),
+        datamodule_hyper_parameters=_plain_dict(data.get("datamodule_hyper_parameters")),
     )
+
+
+def _plain_dict(value: Any) -> dict[str, Any]:
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _read_capture(folder: Path, trusted: bool) -> Checkpoint:
+    """A flight-recorder capture: the checkpoint its manifest names, with the run's full history."""
+    manifest = read_manifest(folder)
+    inner = folder / manifest.checkpoint
+    if not inner.exists():
+        raise CheckpointError(f"Expected the capture '{folder}' to hold {manifest.checkpoint} as its manifest "
+                              "says, found no such file. The capture is incomplete: re-capture.")
+    checkpoint = read_checkpoint(inner, trusted)
+    history = checkpoint.history
+    if (folder / HISTORY).is_file():
+        try:
+            history = read_history_file(folder / HISTORY)
+        except CheckpointError as exc:  # e.g. a Trainer whose custom loss the recorder could not see
+            log.warning("capture %s: no loss history (%s)", folder, exc)
+    return dataclasses.replace(checkpoint, step=manifest.checkpoint_step, history=history, capture_dir=folder)
 
 
 def _read_hf_folder(folder: Path, trusted: bool) -> Checkpoint:
@@ -163,9 +196,10 @@ def _read_hf_folder(folder: Path, trusted: bool) -> Checkpoint:
 
 
 def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
-    """Load `state` into `model`, tolerating a wrapper prefix ('model.', 'module.')."""
+    """Load `state` into `model`, tolerating a wrapper prefix ('model.', 'module.') and keys left out
+    because they are tied to a key that is present (triage/ties.py)."""
     expected = set(model.state_dict())
-    state = _strip_prefix(state, expected)
+    state, _ = fill_tied_keys(model, _strip_prefix(state, expected))
     missing = sorted(expected - set(state))
     unexpected = sorted(set(state) - expected)
     if missing or unexpected:

@@ -12,7 +12,7 @@ from typing import Callable
 import pydantic
 
 from triage.contract import Setup
-from triage.errors import EntryError, SetupError
+from triage.errors import EntryError, SetupError, TriageError
 
 SetupFactory = Callable[[], Setup]
 
@@ -51,6 +51,8 @@ def call_setup(factory: SetupFactory, spec: str) -> Setup:
             f"Expected '{spec}' to build a valid triage.Setup, found these fields wrong:\n"
             f"{_field_errors(exc)}\nFix them in setup(); see README 'Your setup function'."
         ) from exc
+    except TriageError:  # already says what to do (a derived setup, load_batches, ...)
+        raise
     except Exception as exc:
         raise EntryError(
             f"Expected '{spec}' to return a triage.Setup, but it raised {type(exc).__name__}: {exc}\n"
@@ -59,7 +61,8 @@ def call_setup(factory: SetupFactory, spec: str) -> Setup:
     if not isinstance(result, Setup):
         raise SetupError(
             f"Expected '{spec}' to return a triage.Setup, found {type(result).__name__}. "
-            "Return triage.Setup(model=..., optimizer=..., loss_fn=..., batches=...)."
+            "Return triage.Setup(model=..., optimizer=..., loss_fn=..., batches=...), or name a "
+            "LightningModule class or a function returning one or a transformers.Trainer."
         )
     return result
 

@@ -11,8 +11,12 @@ from pydantic import BaseModel, ConfigDict
 
 from triage.errors import CheckpointError
 
-_LOSS_KEYS = ("loss", "train_loss", "train/loss")
-_VAL_KEYS = ("val_loss", "eval_loss", "val/loss", "validation_loss")
+# The names runs log their losses under: plain loops, the HF Trainer (trainer_state.json, TensorBoard),
+# Lightning (self.log("train_loss", on_step=True, on_epoch=True) writes train_loss_step / _epoch).
+_LOSS_KEYS = ("loss", "train_loss", "train/loss", "train_loss_step", "train/loss_step", "training_loss",
+              "Loss/train", "loss/train", "train_loss_epoch")
+_VAL_KEYS = ("val_loss", "eval_loss", "val/loss", "eval/loss", "validation_loss", "valid_loss", "val_loss_epoch",
+             "Loss/val", "loss/val", "val/loss_epoch")
 
 
 class HistoryPoint(BaseModel):
@@ -41,11 +45,12 @@ def history_from_value(value: Any) -> list[HistoryPoint]:
     return []
 
 
-def history_from_log_entries(entries: Iterable[dict[str, Any]]) -> list[HistoryPoint]:
+def history_from_log_entries(entries: Iterable[dict[str, Any]], loss_keys: tuple[str, ...] = _LOSS_KEYS,
+                             val_keys: tuple[str, ...] = _VAL_KEYS) -> list[HistoryPoint]:
     points = []
     for i, entry in enumerate(entries):
-        loss = _first_number(entry, _LOSS_KEYS)
-        val_loss = _first_number(entry, _VAL_KEYS)
+        loss = _first_number(entry, loss_keys)
+        val_loss = _first_number(entry, val_keys)
         step = entry.get("step", i)
         if (loss is not None or val_loss is not None) and _is_number(step):
             points.append(HistoryPoint(step=int(float(step)), loss=loss, val_loss=val_loss))
@@ -57,23 +62,40 @@ def _first_number(entry: dict[str, Any], keys: tuple[str, ...]) -> Optional[floa
     return float(entry[key]) if key is not None else None
 
 
-def read_history_file(path: Path) -> list[HistoryPoint]:
-    """`--history FILE`: CSV with a loss column, JSON lines, or a Trainer `trainer_state.json`."""
+def read_history_file(path: Path, loss_key: Optional[str] = None, val_key: Optional[str] = None) -> list[HistoryPoint]:
+    """`--history`: which format it is is detected from the path:
+
+    - a TensorBoard event file, or a folder holding one run's event files (the `tensorboard` extra);
+    - a CSV with a loss column (Lightning's CSVLogger `metrics.csv`, or a folder holding one);
+    - JSON lines; a Trainer `trainer_state.json` (or the `checkpoint-N/` folder holding it).
+
+    Losses are recognised by their usual names (_LOSS_KEYS, _VAL_KEYS); `loss_key` / `val_key` name others.
+    """
     path = Path(path)
+    loss_keys = (loss_key,) if loss_key else _LOSS_KEYS
+    val_keys = (val_key,) if val_key else _VAL_KEYS
+    from triage.integrations.tensorboard import is_tensorboard, read_tensorboard
+
+    if is_tensorboard(path):
+        return read_tensorboard(path, loss_keys, val_keys)
+    if path.is_dir():
+        found = next((path / n for n in ("metrics.csv", "trainer_state.json", "history.csv") if (path / n).is_file()), None)
+        path = found or next(iter(sorted(path.rglob("metrics.csv"))), path)
     if not path.is_file():
         raise CheckpointError(
-            f"Expected a history file at '{path}', found none. Pass a CSV, a JSONL file or "
-            "trainer_state.json with a 'loss' per step."
+            f"Expected a history at '{path}', found none. Pass a CSV (e.g. Lightning's metrics.csv), a JSONL "
+            "file, trainer_state.json, or a TensorBoard log folder, with a 'loss' per step."
         )
-    text = path.read_text()
+    text = path.read_text(errors="replace")
     try:
         if path.suffix == ".csv":
-            points = history_from_log_entries(_numeric_rows(csv.DictReader(text.splitlines())))
+            rows = _numeric_rows(csv.DictReader(text.splitlines()))
         elif path.suffix == ".jsonl":
-            points = history_from_log_entries(json.loads(line) for line in text.splitlines() if line.strip())
+            rows = (json.loads(line) for line in text.splitlines() if line.strip())
         else:
             data = json.loads(text)
-            points = history_from_log_entries(data.get("log_history", [])) if isinstance(data, dict) else []
+            rows = data.get("log_history", []) if isinstance(data, dict) else []
+        points = history_from_log_entries(rows, loss_keys, val_keys)
     except (ValueError, AttributeError, TypeError) as exc:
         raise CheckpointError(
             f"Expected '{path}' to be a CSV, JSON lines or trainer_state.json history, found it "
@@ -82,7 +104,8 @@ def read_history_file(path: Path) -> list[HistoryPoint]:
     if not points:
         raise CheckpointError(
             f"Expected '{path}' to carry a loss per step (a column or key named "
-            f"{' / '.join(_LOSS_KEYS + _VAL_KEYS)}), found none. Rename the column or drop --history."
+            f"{' / '.join(loss_keys + val_keys)}), found none. Name yours with --history-loss / --history-val, "
+            "or drop --history."
         )
     return points
 

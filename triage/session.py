@@ -17,6 +17,7 @@ from triage.contract import Setup
 from triage.entry import SetupFactory, call_setup, entry_name, load_entry
 from triage.errors import CheckpointError, SetupError
 from triage.history import HistoryPoint, read_history_file
+from triage.integrations.derive import derived_factory
 from triage.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -72,19 +73,24 @@ class Session:
 
 
 def open_session(entry: Union[str, SetupFactory], checkpoint_path: Optional[Path], seed: int = 0,
-                 history_path: Optional[Path] = None, trust_checkpoint: bool = False) -> Session:
+                 history_path: Optional[Path] = None, trust_checkpoint: bool = False,
+                 history_keys: tuple[Optional[str], Optional[str]] = (None, None)) -> Session:
     """The session for `--entry` (a spec, or the setup function itself) and `--checkpoint`:
     setup() called, checkpoint loaded, snapshot taken."""
     checkpoint = read_checkpoint(Path(checkpoint_path), trust_checkpoint) if checkpoint_path else None
     factory, name = (entry, entry_name(entry)) if callable(entry) else (load_entry(entry), entry)
     return session_from_factory(factory, name, checkpoint, Path(checkpoint_path or "."), seed,
-                                read_history_file(history_path) if history_path else None)
+                                read_history_file(history_path, *history_keys) if history_path else None)
 
 
 def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoint: Optional[Checkpoint] = None,
                          checkpoint_path: Path = Path("."), seed: int = 0,
                          history: Optional[list[HistoryPoint]] = None) -> Session:
-    """A session from a setup function in memory (what tests and the Python API use)."""
+    """A session from a setup function in memory (what tests and the Python API use).
+
+    `factory` may also be a LightningModule class or a function returning a LightningModule or a
+    transformers.Trainer: the Setup is then derived from it (triage/integrations/derive.py)."""
+    factory = derived_factory(factory, checkpoint)
     seed_everything(seed)
     setup = call_setup(factory, entry)
     _move_to_device(setup)

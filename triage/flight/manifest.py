@@ -1,0 +1,111 @@
+"""A capture folder, as the recorder writes it and triage reads it back:
+
+    capture-<step>-<trigger>/
+        manifest.json    this record: step, trigger, where the rest is, the run's settings, versions
+        checkpoint.pt    the last good state before the failure (or checkpoint.ckpt, or checkpoint-N/)
+        batches.pt       the batches in flight, as the run's DataLoader made them
+        history.csv      step, loss, lr, grad_norm of every recorded step up to the failure
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import sys
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from triage.contract import Precision
+from triage.errors import CheckpointError
+from triage.flight.triggers import Trigger
+
+MANIFEST = "manifest.json"
+BATCHES = "batches.pt"
+HISTORY = "history.csv"
+
+
+class CaptureManifest(BaseModel):
+    """What a capture folder holds and how the failing run was set up."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
+
+    format: Literal["triage-capture"] = "triage-capture"
+    version: Literal[1] = 1
+    framework: Literal["torch", "lightning", "transformers"]
+    trigger: Trigger
+    step: int = Field(description="The failing step (steps counted from 1).")
+    checkpoint: str = Field(description="The checkpoint's path inside the folder (a file or an HF folder).")
+    checkpoint_layout: Literal["dict", "lightning", "huggingface"]
+    checkpoint_step: int = Field(description="Steps the checkpoint had taken: replays start at step+1.")
+    batch_steps: list[int] = Field(description="The step each saved batch was used at, in saved order: the "
+                                   "batches after the checkpoint first, then older ones the recorder still held.")
+    precision: Optional[Precision] = None
+    grad_clip: Optional[float] = None
+    total_steps: Optional[int] = None
+    device: str = "cpu"
+    run_settings: dict[str, Any] = Field(default_factory=dict,
+                                         description="The framework's own settings as it named them.")
+    entry: Optional[str] = Field(default=None, description="The --entry that rebuilds the run, when known.")
+    command: str = Field(description="The triage command that triages this capture.")
+    versions: dict[str, str] = Field(default_factory=dict)
+    created: str = Field(default_factory=lambda: dt.datetime.now().isoformat(timespec="seconds"))
+
+
+def versions() -> dict[str, str]:
+    """Python, torch, triage, and each framework the run had imported."""
+    import triage
+
+    found = {"python": platform.python_version(), "torch": torch.__version__, "triage": triage.__version__}
+    for name in ("lightning", "pytorch_lightning", "transformers", "accelerate"):
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "__version__"):
+            found[name] = str(module.__version__)
+    return found
+
+
+def is_capture(path: Path) -> bool:
+    return Path(path).is_dir() and (Path(path) / MANIFEST).is_file()
+
+
+def read_manifest(folder: Path) -> CaptureManifest:
+    path = Path(folder) / MANIFEST
+    try:
+        return CaptureManifest.model_validate_json(path.read_text())
+    except OSError as exc:
+        raise CheckpointError(f"Expected a capture folder with {MANIFEST} at '{folder}', found it unreadable "
+                              f"({exc.strerror or exc}). Pass the folder the recorder printed.") from None
+    except ValidationError as exc:
+        raise CheckpointError(
+            f"Expected '{path}' to be a triage capture manifest, found {exc.error_count()} problems "
+            f"(first: {'.'.join(map(str, exc.errors()[0]['loc']))}: {exc.errors()[0]['msg']}). "
+            "Was it written by another triage version? Re-capture, or pass the checkpoint inside it directly."
+        ) from None
+
+
+def load_batches(capture_dir: Path, trusted: bool = False) -> list[Any]:
+    """The batches a capture saved, in the order the manifest lists them (those after the checkpoint
+    first). Use them as `Setup.batches` in a setup() that triages the capture.
+
+    Loaded with `torch.load(weights_only=True)`; `trusted=True` unpickles other objects (files you trust).
+    """
+    folder = Path(capture_dir)
+    manifest = read_manifest(folder)
+    path = folder / BATCHES
+    if not path.is_file():
+        raise CheckpointError(f"Expected the capture '{folder}' to hold {BATCHES}, found none. The recorder "
+                              "writes it when it kept batches (keep_batches > 0); re-capture with batches.")
+    try:
+        batches = torch.load(path, map_location="cpu", weights_only=not trusted)
+    except Exception as exc:
+        raise CheckpointError(
+            f"Expected '{path}' to load with weights_only=True, found it cannot ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:200] if str(exc) else ''}). If you trust it, pass trusted=True."
+        ) from None
+    if not isinstance(batches, list) or len(batches) != len(manifest.batch_steps):
+        raise CheckpointError(f"Expected '{path}' to hold {len(manifest.batch_steps)} batches as its manifest "
+                              f"says, found {type(batches).__name__} of {len(batches) if isinstance(batches, list) else '?'}. "
+                              "The capture is incomplete: re-capture.")
+    return batches

@@ -1,0 +1,30 @@
+"""Integrations with training frameworks, each an optional extra that `import triage` never imports:
+
+    triage.integrations.lightning      TriageCallback for lightning.Trainer   pip install "triage[lightning]"
+    triage.integrations.transformers   TriageCallback for transformers.Trainer pip install "triage[transformers]"
+    triage.integrations.tensorboard    --history from TensorBoard event files pip install "triage[tensorboard]"
+
+`--entry` may also name a LightningModule class, or a function returning a LightningModule (optionally
+with its LightningDataModule) or a transformers.Trainer: triage then derives the Setup from it
+(derive.py, lightning_setup.py, transformers_setup.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from triage.errors import TriageError
+
+
+class MissingExtraError(TriageError):
+    """An integration was used without its optional dependency installed."""
+
+
+def require(module: str, extra: str) -> ModuleType:
+    """Import `module`, or fail with one line that names the extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtraError(f"Expected the '{module}' package for this integration, found it is not installed. "
+                                f'Run `pip install "triage[{extra}]"`.') from None
