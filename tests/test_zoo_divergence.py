@@ -131,15 +131,14 @@ def test_lr_too_high_fixed_by_a_tenth_of_the_lr(name):
 
 # --- exploding_gradients --------------------------------------------------------------------------
 
-def test_exploding_gradients_blow_up_even_at_a_tenth_of_the_lr():
+def test_exploding_gradients_spike_and_the_run_never_settles_even_at_a_tenth_of_the_lr():
     m = example("exploding_gradients")
     losses, norms = grad_norms(build(m.setup), STEPS)
-    assert not math.isfinite(losses[-1]) or not math.isfinite(norms[-1]) or max(losses) > 1e6 * losses[0]
-    slow_losses, slow_norms = grad_norms(scale_lr(build(m.setup), 0.1), STEPS)
-    assert max(n for n in slow_norms if math.isfinite(n)) > 1e4 or not math.isfinite(slow_norms[-1])
-    assert max(slow_losses) > 100 * slow_losses[0]  # lr x0.1 is not enough
-    slow_end = start_end([x for x in slow_losses if math.isfinite(x)])[1]
-    assert slow_end > 2 * start_end(train(m.fixed_setup))[1]  # and ends well above the clipped run
+    assert max(norms) > 20 * sorted(norms)[len(norms) // 2]  # the glitch steps tower over the rest
+    assert start_end(losses)[1] > 0.9 * LN10  # and the run stays at chance
+    for factor in (0.1, 0.01):
+        slow_losses, _ = grad_norms(scale_lr(build(m.setup), factor), STEPS)
+        assert start_end(slow_losses)[1] > 0.8 * LN10  # a lower lr is too slow to learn between glitches
 
 
 def test_exploding_gradients_fixed_by_clipping_at_1():
@@ -147,10 +146,9 @@ def test_exploding_gradients_fixed_by_clipping_at_1():
     setup = build(m.fixed_setup)
     assert setup.grad_clip == 1.0
     losses, norms = grad_norms(setup, STEPS)
-    assert max(norms) > 100  # the gradients are still huge; only the steps are bounded
+    assert max(norms) > 10  # the glitch gradients are still ~15x the others; only their steps are bounded
     assert len(losses) == STEPS and all(math.isfinite(x) for x in losses)
     assert start_end(losses)[1] < 0.2 * losses[0]
-    assert max(losses[1:]) < losses[0]  # no spike once clipped
 
 
 # --- fp16_overflow --------------------------------------------------------------------------------

@@ -69,6 +69,11 @@ class ReplayParams(Params):
                                   "verified against it.", json_schema_extra={"node_runs": "replay"})
     margin: float = Field(default=DEFAULT_MARGIN, gt=0, le=1,
                           description="Clearly better: the end window at most margin x the reference's.")
+    extend_to: int = Field(
+        default=0, ge=0, le=100_000,
+        description="A fix still improving but not yet verified after `steps`, paired with a run that was "
+                    "not improving (flat, rising or non-finite), goes on up to this many steps before it is "
+                    "judged: a slow fix is not a wrong one (0: never).")
     level_margin: float = Field(default=DEFAULT_LEVEL_MARGIN, gt=0, le=1,
                                 description="Sane: the end window at most level_margin x the loss of "
                                             "learning nothing (a constant prediction).")
@@ -149,11 +154,27 @@ def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
             undo.enter_context(unsquashed(setup.model))
         peak_ratio = undo.enter_context(held_at_peak(setup.optimizer, ctx.outcomes.get(p.hold_peak_of))) \
             if p.hold_peak_of else None
-        trace, clip, skip = _run(ctx, p, setup, peak_ratio)
+        trace, clip, skip = _run(ctx, p, setup, peak_ratio, lambda t: _worth_extending(t, ctx, p))
     return _summarise(trace, setup.model, clip, skip, ctx, p)
 
 
-def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float]):
+def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
+    """After `steps`: the fix is not verified yet, but it learns (its loss down 5%) where the run it is
+    paired with did not (down less than 10%, or not finite)."""
+    reference = ctx.outcomes.get(p.against) if p.against else None
+    if reference is None or p.extend_to <= p.steps or trace.first_bad is not None:
+        return False
+    if reference.finite and reference.loss_ratio is not None and reference.loss_ratio < 0.9:
+        return False
+    start, end = start_end(trace.losses)
+    if start is None or end is None or not start > 0 or end > 0.95 * start:
+        return False
+    return not verification(finite=True, loss_start=start, loss_end=end, reference=reference, against=p.against,
+                            levels=loss_levels(ctx.session), margin=p.margin,
+                            level_margin=p.level_margin)["fix_works"]
+
+
+def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep_going):
     session = ctx.session
     model, optimizer = setup.model, setup.optimizer
     scheduler = setup.scheduler if peak_ratio is None else None  # a held LR does not follow the schedule
@@ -174,7 +195,9 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float]):
                    weight_norm_start=param_vector_norm(model))
     if p.loop == "reference":
         model.train()  # the user's loop keeps whatever mode it sets: that may be the bug
-    for step in range(p.steps):
+    for step in range(max(p.steps, p.extend_to)):
+        if step == p.steps and not keep_going(trace):
+            break
         if ctx.out_of_time():
             trace.truncated = True
             break
@@ -194,7 +217,7 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float]):
         if p.val_every and session.val_batches and (step + 1) % p.val_every == 0:
             trace.val_steps.append(step + 1)
             trace.val_losses.append(_val_loss(setup, session.val_batches, precision, session.device))
-        ctx.progress(step + 1, p.steps)
+        ctx.progress(step + 1, max(p.steps, step + 1))
         # Under a GradScaler an inf gradient is routine (the step is skipped); elsewhere it is fatal.
         if not math.isfinite(loss) or (scaler is None and not math.isfinite(norm)):
             trace.first_bad = step

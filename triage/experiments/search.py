@@ -51,6 +51,7 @@ class InitSearchParams(Params):
         json_schema_extra={"node_runs": ["replay"]})
     margin: float = Field(default=DEFAULT_MARGIN, gt=0, le=1)
     level_margin: float = Field(default=DEFAULT_LEVEL_MARGIN, gt=0, le=1)
+    extend_to: int = Field(default=0, ge=0, le=100_000, description="As the replay's.")
 
 
 def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
@@ -74,7 +75,8 @@ def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
     for init in p.inits:
         ctx.restart()
         outcome = replay(ctx, ReplayParams(steps=p.steps, init=init, init_scale=p.init_scale,
-                                           against=p.against, margin=p.margin, level_margin=p.level_margin))
+                                           against=p.against, margin=p.margin, level_margin=p.level_margin,
+                                           extend_to=p.extend_to))
         trials.append((init, outcome))
     init, chosen = _choose(trials)
     return SearchOutcome(**chosen.model_dump(), chosen=f"init={init}",
