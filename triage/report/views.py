@@ -68,12 +68,16 @@ def describe_change(key: str, value: Any) -> str:
         return f"{key}={format_figure(value)}"
 
 
+# How a counterfactual is judged, not what it changes.
+_VERIFICATION_PARAMS = {"against", "margin", "level_margin", "extend_to"}
+
+
 def changes(run: ExperimentRun, reference: Optional[ExperimentRun]) -> list[str]:
     """What this experiment changed against its reference (same experiment, first on the path)."""
     if reference is None or reference.node == run.node:
         return []
-    return [describe_change(k, v) for k, v in run.params.items() if reference.params.get(k, v) != v
-            or k not in reference.params]
+    return [describe_change(k, v) for k, v in run.params.items()
+            if k not in _VERIFICATION_PARAMS and (reference.params.get(k, v) != v or k not in reference.params)]
 
 
 def measured(outcome: Optional[dict[str, Any]], read: Optional[dict[str, Any]] = None) -> str:
