@@ -108,6 +108,18 @@ def test_a_rival_that_works_about_as_well_makes_it_medium(tmp_path):
     assert [c.id for c in decision.candidates if c.also_works] == ["clip"]
 
 
+def test_a_measured_abnormality_lifts_its_candidate_to_tier_1(tmp_path):
+    candidates = """
+        lower: {run: fake_fix, with: {works: true, end: 0.1}, then: high_lr, tier: 2}
+        clip: {run: fake_fix, with: {works: true, end: 0.5}, then: exploding, tier: 2, measured: %s}
+    """
+    result, decision = diagnose(tmp_path, candidates % "setup.batch_count > 0")
+    assert result.leaf.diagnosis == "exploding_gradients"
+    assert {c.id: (c.tier, c.measured) for c in decision.candidates} == {"lower": (2, None), "clip": (1, True)}
+    result, _ = diagnose(tmp_path, candidates % "setup.batch_count > 1000")
+    assert result.leaf.diagnosis == "lr_too_high"
+
+
 def test_no_working_fix_goes_otherwise_with_low_confidence(tmp_path):
     result, decision = diagnose(tmp_path, """
         lower: {run: fake_fix, with: {works: false, end: 0.1}, then: high_lr, tier: 2}

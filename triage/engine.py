@@ -187,17 +187,21 @@ def _decide(playbook: Playbook, node: str, read) -> Decision:
 def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, measure,
                   listener: Listener) -> Decision:
     """Try each candidate whose `if` holds, then go where the winner leads: the lowest tier among the
-    candidates whose fix works, the best (lowest) score within it."""
+    candidates whose fix works (tier 1 where the abnormality a candidate repairs was `measured`), the
+    best (lowest) score within it."""
     results = []
+    measured = playbook.measured(node)
     for cid, candidate, condition in playbook.candidates(node):
         tried = condition is None or condition.evaluate(read)
+        abnormal = measured[cid].evaluate(read) if cid in measured else None
         works = score = None
         if tried:
             run = measure(cid, candidate.title)
             works, score = read(cid, spec.works), read(cid, spec.score)
             listener.finished(run, Decision(node=cid, goto=node, when=f"candidate of {node}", figures={
                 f"{cid}.{spec.works}": _figure(works), f"{cid}.{spec.score}": _figure(score)}))
-        results.append(CandidateResult(id=cid, experiment=candidate.run, then=candidate.then, tier=candidate.tier,
+        results.append(CandidateResult(id=cid, experiment=candidate.run, then=candidate.then,
+                                       tier=1 if abnormal else candidate.tier, measured=abnormal,
                                        tried=tried, works=works if isinstance(works, bool) else None,
                                        score=score if _is_number(score) else None))
     figures = {f"{r.id}.{spec.works}": r.works for r in results if r.tried and r.then}

@@ -34,7 +34,8 @@ class CandidateResult(BaseModel):
     id: str
     experiment: str
     then: Optional[str] = Field(description="The node it leads to when it wins; None for a control.")
-    tier: int
+    tier: int = Field(description="Its precedence as ranked: 1 where its `measured` abnormality held.")
+    measured: Optional[bool] = Field(default=None, description="Its `measured` condition, where it declares one.")
     tried: bool = Field(description="Its `if` held (or it has none), so it ran.")
     works: Optional[bool] = Field(default=None, description="The differential's `works` field, as measured.")
     score: Optional[float] = Field(default=None, description="The differential's `score` field (lower is better).")

@@ -32,6 +32,11 @@ class InitCheckOutcome(Outcome):
     activation_std_growth_setup: Optional[float] = Field(
         default=None, description="The same at setup()'s init: >> 1 is activations exploding with depth.")
     activation_std_growth_default: Optional[float] = Field(default=None, description="The same at default init.")
+    weight_norm_checkpoint: float = Field(description="Norm of all the checkpoint's weight matrices (dim >= 2).")
+    weight_norm_setup_init: float = Field(description="The same at setup()'s own init.")
+    weight_norm_vs_init: Optional[float] = Field(
+        default=None, description="weight_norm_checkpoint / weight_norm_setup_init: well below 1 is weights that "
+                                  "collapsed since the start (weight decay, say); well above, weights that blew up.")
 
 
 def measure(ctx: Context, p: InitCheckParams) -> InitCheckOutcome:
@@ -40,11 +45,12 @@ def measure(ctx: Context, p: InitCheckParams) -> InitCheckOutcome:
     batches = session.batches[:p.batches]
     k = _num_classes(session.setup, batches[0], device)
     expected = math.log(k) if k else None
-    figures = {}
+    figures, norms = {}, {}
     for label, setup in (("checkpoint", session.setup), ("setup", None), ("default", None)):
         if setup is None:
             setup = session.fresh_setup(default_init=label == "default")
         figures[label] = (mean_loss(setup, batches, device), _activation_std_growth(setup, batches[0], device))
+        norms[label] = _matrix_norm(setup.model)
         ctx.progress(len(figures), 3)
     session.restore()  # the checkpoint model's forwards may have moved BatchNorm statistics
 
@@ -60,6 +66,8 @@ def measure(ctx: Context, p: InitCheckParams) -> InitCheckOutcome:
         activation_std_growth_checkpoint=figures["checkpoint"][1],
         activation_std_growth_setup=figures["setup"][1],
         activation_std_growth_default=figures["default"][1],
+        weight_norm_checkpoint=norms["checkpoint"], weight_norm_setup_init=norms["setup"],
+        weight_norm_vs_init=norms["checkpoint"] / norms["setup"] if norms["setup"] > 0 else None,
     )
 
 
@@ -71,6 +79,12 @@ def _num_classes(setup: Setup, batch: Any, device: torch.device) -> Optional[int
     if logits is None or logits.shape[-1] < 2:
         return None
     return int(logits.shape[-1])
+
+
+@torch.no_grad()
+def _matrix_norm(model: torch.nn.Module) -> float:
+    norms = [p.detach().float().norm() for p in model.parameters() if p.dim() >= 2]
+    return float(torch.stack(norms).norm()) if norms else 0.0
 
 
 @torch.no_grad()

@@ -85,12 +85,17 @@ def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
 
 def _settled(trials: list[tuple[float, ReplayOutcome]], direction: str) -> bool:
     """Stop once a trial worked and the latest is no better than the best; going up, also once a
-    trial blew up (a higher LR only blows up sooner)."""
+    trial diverged (non-finite, or its loss up 50%): a higher LR only diverges sooner, and a loss that
+    climbs to 10^8 and falls back to 0 is no fix for a plateau."""
     latest = trials[-1][1]
-    if direction == "up" and not latest.finite and len(trials) > 1:
+    if direction == "up" and _diverged(latest):
         return True
     working = [o for _, o in trials if o.fix_works]
     return bool(working) and (not latest.fix_works or latest is not min(working, key=_end))
+
+
+def _diverged(outcome: ReplayOutcome) -> bool:
+    return not outcome.finite or (outcome.loss_ratio is not None and outcome.loss_ratio > 1.5)
 
 
 def _choose(trials):

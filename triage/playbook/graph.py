@@ -67,6 +67,10 @@ class Playbook:
         """A differential node's (id, candidate, its `if` condition), in the order written."""
         return self.graph.nodes[node]["candidates"]
 
+    def measured(self, node: str) -> dict[str, Condition]:
+        """A differential node's candidates that declare the abnormality they repair, and its condition."""
+        return self.graph.nodes[node]["measured"]
+
     def budget_s(self, run_id: str) -> float:
         """The time budget of a run node's or a candidate's experiment."""
         if run_id in self.graph:
@@ -220,6 +224,8 @@ def _build_graph(book: PlaybookFile, registry: Registry, where: _Where):
         elif isinstance(spec, DifferentialNode):
             graph.nodes[node_id]["candidates"] = [
                 (cid, c, _condition(c.if_, cid, where) if c.if_ else None) for cid, c in spec.differential.items()]
+            graph.nodes[node_id]["measured"] = {
+                cid: _condition(c.measured, cid, where) for cid, c in spec.differential.items() if c.measured}
             edges = [(c.then, f"{cid} works best") for cid, c in spec.differential.items() if c.then]
             edges.append((spec.otherwise, "no fix works"))
         else:
@@ -363,16 +369,18 @@ def _check_references(graph: nx.DiGraph, entry: str, refs: _Refs) -> None:
             for _, condition in data["branches"][:-1]:
                 refs.check(condition, node_id, allowed=before)
         elif isinstance(spec, DifferentialNode):
-            _check_candidates(node_id, spec, data["candidates"], before, refs)
+            _check_candidates(node_id, spec, data["candidates"], data["measured"], before, refs)
         else:
             _check_leaf(node_id, spec, refs.with_candidates(nx.ancestors(graph, node_id)), refs)
 
 
-def _check_candidates(node_id: str, spec: DifferentialNode, candidates, before: set[str], refs: _Refs) -> None:
+def _check_candidates(node_id: str, spec: DifferentialNode, candidates, measured: dict[str, Condition],
+                      before: set[str], refs: _Refs) -> None:
     earlier: set[str] = set()
     for cid, candidate, condition in candidates:
-        if condition is not None:
-            refs.check(condition, cid, allowed=before | earlier)
+        for check in (condition, measured.get(cid)):
+            if check is not None:
+                refs.check(check, cid, allowed=before | earlier)
         refs.params(cid, candidate.run, candidate.with_, before | earlier)
         if candidate.then:
             refs.field(cid, spec.works, cid, f"works: {spec.works}")

@@ -56,6 +56,10 @@ class Candidate(_Strict):
     tier: int = Field(default=1, ge=1, description="Precedence when several fixes work: the lowest tier "
                                                    "wins (the more specific cause, or the one that repairs a "
                                                    "measured abnormality); within a tier, the best score.")
+    measured: Optional[str] = Field(
+        default=None, description="The abnormality this fix repairs, as a condition on what was measured "
+                                  "(the run clips every step, its weights collapsed): when it holds, the "
+                                  "candidate ranks in tier 1, above settings that would only mask the cause.")
     budget_s: float = Field(default=60.0, gt=0, description="Wall-clock budget of the experiment.")
 
 
