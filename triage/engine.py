@@ -213,11 +213,18 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, m
     # A rival of another cause at the winner's tier that ends about as low: the data cannot tell the two
     # apart. A working rival of a lower tier is the expected masking (a higher LR also "fixes" a clip
     # that is too tight) and does not lower the confidence.
-    also = {r.id for r in working if r.then != winner.then and r.tier == winner.tier
+    cause = _cause_of(playbook, winner.then)
+    also = {r.id for r in working if _cause_of(playbook, r.then) != cause and r.tier == winner.tier
             and _close(r.score, winner.score, spec.close)}
     results = [r.model_copy(update={"winner": r is winner, "also_works": r.id in also}) for r in results]
     return Decision(node=node, goto=winner.then, when=f"{winner.id} works best", figures=figures,
                     candidates=results, confidence="medium" if also else "high")
+
+
+def _cause_of(playbook: Playbook, node: Optional[str]) -> Optional[str]:
+    """The diagnosis a candidate's `then` stands for (two leaves may carry one root cause)."""
+    spec = playbook.spec(node) if node else None
+    return spec.diagnosis if isinstance(spec, LeafNode) else node
 
 
 def _close(score: Optional[float], best: Optional[float], close: float) -> bool:
