@@ -13,10 +13,7 @@ EXAMPLES = example_names()
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 HOLDOUT_SETS = [BENCHMARKS / "holdout", BENCHMARKS / "holdout2"]
 # Known misses, each with why; strict: the day one is fixed, the test says so.
-KNOWN_MISSES = {
-    "lr_too_low_autoencoder_sgd": "lr x10 moves an MSE autoencoder only 2% in 40 steps and the LR range "
-                                  "test on its noisy MSE suggests a lower lr; nothing proves the fix",
-}
+KNOWN_MISSES: dict[str, str] = {}
 
 
 def triage_example(name, tmp_path, **kwargs):

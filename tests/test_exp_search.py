@@ -48,7 +48,8 @@ def test_when_no_lr_works_the_search_says_so():
     ctx = with_baseline(noise)
     out = LR_SEARCH.measure(ctx, LrSearchParams(steps=30, direction="up", against="base"))
     assert out.fix_works is False
-    assert not out.trials[-1].finite or len(out.trials) == 5  # up to where higher only blows up sooner
+    last = out.trials[-1]  # up to where a higher lr only blows up sooner: non-finite, or its loss up 50%+
+    assert len(out.trials) == 5 or not last.finite or last.loss_end > 1.5 * out.reference_end
 
 
 def test_a_broken_init_is_repaired_by_a_standard_one():
