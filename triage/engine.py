@@ -175,12 +175,13 @@ def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: di
 
 def _decide(playbook: Playbook, node: str, read) -> Decision:
     figures: dict[str, Any] = {}
+    errors: list[str] = []  # conditions that could not be evaluated: unknown, recorded, the walk goes on
     for target, condition in playbook.branches(node):
         if condition is None:
-            return Decision(node=node, goto=target, when=None, figures=figures)
+            return Decision(node=node, goto=target, when=None, figures=figures, errors=errors)
         figures.update({f"{n}.{name}": _figure(read(n, name)) for n, name in sorted(condition.refs)})
-        if condition.evaluate(read):
-            return Decision(node=node, goto=target, when=condition.text, figures=figures)
+        if condition.evaluate(read, errors):
+            return Decision(node=node, goto=target, when=condition.text, figures=figures, errors=errors)
     raise AssertionError("a validated run node always has an `otherwise` edge")
 
 
@@ -189,8 +190,9 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, m
     """Try each candidate whose `if` holds, then go where the winner leads: the lowest tier among the
     candidates whose fix works, the best (lowest) score within it."""
     results = []
+    errors: list[str] = []
     for cid, candidate, condition in playbook.candidates(node):
-        tried = condition is None or condition.evaluate(read)
+        tried = condition is None or condition.evaluate(read, errors)
         works = score = None
         if tried:
             run = measure(cid, candidate.title)
@@ -204,7 +206,7 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, m
     working = [r for r in results if r.then and r.works]
     if not working:
         return Decision(node=node, goto=spec.otherwise, when=None, figures=figures, candidates=results,
-                        confidence="low")
+                        confidence="low", errors=errors)
     winner = min(working, key=lambda r: (r.tier, r.score if r.score is not None else math.inf))
     # A rival of another cause at the winner's tier that ends about as low: the data cannot tell the two
     # apart. A working rival of a lower tier is the expected masking (a higher LR also "fixes" a clip
@@ -213,7 +215,7 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, m
             and _close(r.score, winner.score, spec.close)}
     results = [r.model_copy(update={"winner": r is winner, "also_works": r.id in also}) for r in results]
     return Decision(node=node, goto=winner.then, when=f"{winner.id} works best", figures=figures,
-                    candidates=results, confidence="medium" if also else "high")
+                    candidates=results, confidence="medium" if also else "high", errors=errors)
 
 
 def _close(score: Optional[float], best: Optional[float], close: float) -> bool:

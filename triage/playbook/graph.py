@@ -28,6 +28,7 @@ from triage.causes import ROOT_CAUSES
 from triage.errors import PlaybookError
 from triage.experiments import Registry, default_registry
 from triage.playbook.conditions import Condition, ConditionError, parse_condition
+from triage.playbook.typecheck import NONE, NUMBER, STR, Kinds, check_types, kinds_of
 from triage.playbook.schema import (Candidate, DecisionNode, DifferentialNode, Finding, LeafNode, PlaybookFile,
                                     RunNode)
 from triage.records import SetupFacts
@@ -320,6 +321,18 @@ class _Refs:
                                                        "always run before this point; read only nodes on every "
                                                        "path from the entry."))
             self.field(ref, field, at, f"'{condition.text}'")
+        try:
+            check_types(condition, self.kinds)
+        except ConditionError as exc:
+            raise PlaybookError(self.where.say(at, str(exc))) from None
+
+    def kinds(self, ref: str, field: str) -> Kinds:
+        """What `ref.field` can hold: its declared type, or none (an experiment that failed measured nothing)."""
+        if ref == "setup":
+            return kinds_of(SetupFacts.model_fields[field].annotation)
+        if field in RUN_FIELDS:
+            return Kinds({STR if field == "status" else NUMBER})
+        return kinds_of(self.registry.get(self.experiments[ref]).outcome.model_fields[field].annotation) | {NONE}
 
     def field(self, ref: str, field: str, at: str, what: str) -> None:
         outcome = self.registry.get(self.experiments[ref]).outcome

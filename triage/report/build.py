@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import platform
 import sys
 from typing import Any, Optional
 
+import pydantic
 import torch
 
 from triage.causes import ROOT_CAUSES
@@ -16,6 +18,8 @@ from triage.playbook.schema import DecisionNode, DifferentialNode, LeafNode
 from triage.report.model import (CheckpointInfo, Environment, FindingRecord, Flowchart, GraphCandidate,
                                  GraphEdge, GraphNode, Location, Report)
 from triage.session import Session
+
+log = logging.getLogger(__name__)
 
 
 def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
@@ -73,18 +77,30 @@ def flowchart(playbook: Playbook) -> Flowchart:
 
 
 def _location(leaf: LeafNode, walk: Walk) -> Location:
+    """The leaf's location fields; one whose value does not fit its field is left out (and logged)."""
     values: dict[str, Any] = {}
     for key, reference in leaf.location.items():
-        value = parse_condition(reference).value(walk.lookup)
+        value = parse_condition(reference).value(walk.lookup, errors := [])
+        if errors:
+            log.warning("location %s: %s", key, "; ".join(errors))
         if value in (None, [], ""):
             continue
         if key == "parameters":
-            values[key] = [value] if isinstance(value, str) else [str(v) for v in value]
-        else:
-            values[key] = value
+            value = [value] if isinstance(value, str) else [str(v) for v in value] \
+                if isinstance(value, (list, tuple)) else [str(value)]
+        try:
+            Location(**{key: value})
+        except pydantic.ValidationError:
+            log.warning("location %s: %r does not fit the field; left out", key, value)
+            continue
+        values[key] = value
     return Location(**values)
 
 
 def _findings(playbook: Playbook, walk: Walk) -> list[FindingRecord]:
-    return [FindingRecord(id=f.id, text=f.text, evidence=[n for n in f.evidence if n in walk.runs])
-            for f, condition in playbook.findings if condition.evaluate(walk.lookup)]
+    errors: list[str] = []
+    found = [FindingRecord(id=f.id, text=f.text, evidence=[n for n in f.evidence if n in walk.runs])
+             for f, condition in playbook.findings if condition.evaluate(walk.lookup, errors)]
+    for error in errors:
+        log.warning("finding: %s", error)
+    return found
