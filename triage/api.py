@@ -21,7 +21,7 @@ from triage.session import open_session
 
 def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, out: Optional[Path] = None,
         playbook: Optional[Path] = None, steps: Optional[int] = None, seed: int = 0,
-        history: Optional[Path] = None, trust_checkpoint: bool = False,
+        history: Optional[Path] = None, trust_checkpoint: bool = False, trust_playbook: bool = False,
         history_loss: Optional[str] = None, history_val: Optional[str] = None,
         listener: Optional[Listener] = None, command: Optional[str] = None) -> tuple[Report, dict[str, Path]]:
     """Triage one run: load, walk the playbook, write the report. Returns it and the files written.
@@ -29,8 +29,10 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
     `entry` is a spec like "mymod:setup" (as `--entry`) or the setup function itself (or a LightningModule
     class, or a function returning a LightningModule or a transformers.Trainer).
     `history_loss` / `history_val` name the loss columns or tags of `history` when they have other names.
+    `trust_checkpoint` unpickles the checkpoint fully; `trust_playbook` lets the playbook's `imports:` run
+    (both run code from those files: only for files you trust).
     """
-    book = with_steps(load_playbook(playbook), steps)  # validate the playbook before anything runs
+    book = with_steps(load_playbook(playbook, trust_imports=trust_playbook), steps)  # validate the playbook before anything runs
     session = open_session(entry, checkpoint, seed=seed, history_path=history, trust_checkpoint=trust_checkpoint,
                            history_keys=(history_loss, history_val))
     out = _writable_dir(Path(out) if out else default_out_dir())

@@ -61,7 +61,8 @@ def run(
     history: Optional[Path] = typer.Option(None, "--history", help="Loss history: CSV (Lightning metrics.csv), JSONL, trainer_state.json or a TensorBoard log folder."),
     history_loss: Optional[str] = typer.Option(None, "--history-loss", help="The history's training-loss column or tag, when not a usual name."),
     history_val: Optional[str] = typer.Option(None, "--history-val", help="The history's validation-loss column or tag."),
-    trust_checkpoint: bool = typer.Option(False, "--trust-checkpoint", help="Unpickle the checkpoint fully (only files you trust)."),
+    trust_checkpoint: bool = typer.Option(False, "--trust-checkpoint", help="Unpickle the checkpoint fully (runs code in it: only files you trust)."),
+    trust_playbook: bool = typer.Option(False, "--trust-playbook", help="Let the playbook's `imports:` run (Python modules: only code you trust)."),
     output: Output = typer.Option(Output.live, "--output", help="live view, quiet, or jsonl events for CI logs."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
@@ -70,7 +71,7 @@ def run(
 
     with _user_errors(debug):
         report, files = run_triage(entry, checkpoint, out=out, playbook=playbook, steps=steps, seed=seed,
-                                   history=history, trust_checkpoint=trust_checkpoint,
+                                   history=history, trust_checkpoint=trust_checkpoint, trust_playbook=trust_playbook,
                                    history_loss=history_loss, history_val=history_val,
                                    listener=_listener(output), command=shlex.join(["triage", *sys.argv[1:]]))
     _finish(report, files, output)

@@ -67,8 +67,8 @@ def parse_condition(text: str) -> Condition:
                              "levels)") from None
     depth = _depth(tree)
     if depth > MAX_DEPTH:
-        raise ConditionError(f"'{_short(text)}' is nested {depth} levels deep, more than the {MAX_DEPTH} "
-                             "allowed; simplify it")
+        raise ConditionError(f"'{_short(text)}' is nested more than the {MAX_DEPTH} levels allowed; "
+                             "simplify it")
     refs: set[tuple[str, str]] = set()
     _check(tree, text, refs)
     return Condition(text=text, tree=tree, refs=frozenset(refs))
