@@ -14,6 +14,7 @@ import torch
 from triage.batches import to_device
 from triage.checkpoint import Checkpoint, load_model_state, read_checkpoint
 from triage.contract import Setup
+from triage.data_guard import DataGuard
 from triage.entry import SetupFactory, call_setup, entry_name, load_entry
 from triage.errors import CheckpointError, SetupError
 from triage.history import HistoryPoint, read_history_file
@@ -47,6 +48,8 @@ class Session:
     # Figures of the data alone (never of the weights), measured once by whichever experiment needs
     # them first: e.g. the loss levels of triage.experiments.levels.
     memo: dict[str, Any] = field(default_factory=dict)
+    # Gives loss_fn / train_step a copy of each batch, so the data snapshot never changes (data_guard.py).
+    data_guard: Optional[DataGuard] = None
 
     @property
     def device(self) -> torch.device:
@@ -69,7 +72,7 @@ class Session:
                 if hasattr(module, "reset_parameters"):
                     module.reset_parameters()
         fresh.model.to(self.device)
-        return fresh
+        return self.data_guard.protect(fresh) if self.data_guard is not None else fresh
 
 
 def open_session(entry: Union[str, SetupFactory], checkpoint_path: Optional[Path], seed: int = 0,
@@ -105,11 +108,13 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
     val_batches = _materialise(setup.val_batches, "val_batches", setup.device)
     if history is None:
         history = checkpoint.history if checkpoint else []
+    guard = DataGuard(batches, val_batches)
+    setup = guard.protect(setup)
     seed_everything(seed)
     session = Session(
         setup=setup, factory=factory, entry=entry, seed=seed, batches=batches,
         val_batches=val_batches, checkpoint=checkpoint, history=history,
-        snapshot=Snapshot.take(setup.model, setup.optimizer, setup.scheduler, setup.scaler),
+        snapshot=Snapshot.take(setup.model, setup.optimizer, setup.scheduler, setup.scaler), data_guard=guard,
     )
     _check_loss_fn(session)
     return session
@@ -126,7 +131,7 @@ def _check_loss_fn(session: Session) -> None:
         with torch.no_grad():
             loss = setup.loss_fn(setup.model, session.batches[0])
     except Exception as exc:
-        log.warning("loss_fn raised on the first batch (%s: %s); the experiments will say more",
+        log.warning("loss_fn raised on snapshot batch 0 (%s: %s); the experiments will say more",
                     type(exc).__name__, exc)
         return
     finally:
@@ -184,10 +189,30 @@ def _materialise(batches: Any, name: str, device: str) -> list[Any]:
     """Read the data snapshot once into a list, on the setup's device."""
     if batches is None:
         return []
-    out = []
-    for i, batch in enumerate(batches):
-        if i == MAX_SNAPSHOT_BATCHES:
+    out: list[Any] = []
+    iterator = iter(batches)
+    while len(out) <= MAX_SNAPSHOT_BATCHES:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            break
+        except Exception as exc:
+            raise SetupError(
+                f"Expected Setup.{name} to yield batches, found that reading batch {len(out)} raised "
+                f"{type(exc).__name__}: {_first_line(exc)}. Fix the dataset or DataLoader (try "
+                f"`list(setup().{name})` in Python), or pass the batches that load."
+            ) from exc
+        if len(out) == MAX_SNAPSHOT_BATCHES:
             log.warning("%s: using the first %d batches as the snapshot", name, MAX_SNAPSHOT_BATCHES)
             break
-        out.append(to_device(batch, device))
+        try:
+            out.append(to_device(batch, device))
+        except Exception as exc:
+            raise SetupError(f"Expected batch {len(out)} of Setup.{name} to move to '{device}', found it cannot "
+                             f"({type(exc).__name__}: {_first_line(exc)}). Check what the batch holds.") from exc
     return out
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__

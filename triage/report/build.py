@@ -36,7 +36,7 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         proof=leaf.proof if leaf.proof in walk.runs else None,
         evidence=[n for n in leaf.evidence if n in walk.runs],
         location=_location(leaf, walk),
-        findings=_findings(playbook, walk),
+        findings=_findings(playbook, walk) + _session_findings(session),
         path=walk.path,
         decisions=walk.decisions,
         experiments=list(walk.runs.values()),
@@ -95,6 +95,12 @@ def _location(leaf: LeafNode, walk: Walk) -> Location:
             continue
         values[key] = value
     return Location(**values)
+
+
+def _session_findings(session: Session) -> list[FindingRecord]:
+    """Findings about the inputs themselves, noticed while the experiments ran (not by a playbook node)."""
+    guard = session.data_guard
+    return [FindingRecord(id=fid, text=text) for fid, text in (guard.findings() if guard else [])]
 
 
 def _findings(playbook: Playbook, walk: Walk) -> list[FindingRecord]:
