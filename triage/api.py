@@ -64,6 +64,9 @@ def with_steps(book: Playbook, steps: Optional[int]) -> Playbook:
 
 def _writable_dir(out: Path) -> Path:
     """Fail before the experiments, not after them, when the report cannot be written."""
+    if out.exists() and not out.is_dir():
+        raise TriageError(f"Expected --out '{out}' to be a folder (or not to exist yet), found a file there. "
+                          "Pass a folder path; triage creates it.")
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".triage-write-test"

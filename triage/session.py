@@ -18,6 +18,7 @@ from triage.data_guard import DataGuard
 from triage.entry import SetupFactory, call_setup, entry_name, load_entry
 from triage.errors import CheckpointError, SetupError
 from triage.history import HistoryPoint, read_history_file
+from triage.optimizer_types import mismatch
 from triage.integrations.derive import derived_factory
 from triage.snapshot import Snapshot
 
@@ -162,6 +163,13 @@ def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> None:
     for name, target, state in parts:
         if target is None or state is None:
             continue
+        other = mismatch(target, state) if name == "optimizer" else None
+        if other:
+            raise CheckpointError(
+                f"Expected the checkpoint's optimizer state to fit the optimizer setup() built, found that "
+                f"{other}. Build the optimizer the run used (its type and parameter groups), or save the "
+                "checkpoint without its optimizer state to replay with fresh moments."
+            )
         try:
             target.load_state_dict(state)
             if name == "optimizer":
