@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from triage.errors import TriageError
+from triage.errors import Interrupted, TriageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Diagnose a failed training run by experiment.")
@@ -147,6 +147,16 @@ class _user_errors:
         return self
 
     def __exit__(self, kind, exc, tb):
+        if isinstance(exc, Interrupted):
+            console.print(f"[bold yellow]triage:[/] interrupted after {len(exc.report.experiments)} experiments; "
+                          f"the report of what finished (status interrupted) is at {escape(str(exc.files['html']))}",
+                          highlight=False)
+            raise typer.Exit(code=130)
+        if isinstance(exc, KeyboardInterrupt):
+            console.print("[bold yellow]triage:[/] interrupted outside the experiments (while loading, or while "
+                          "writing the report): a report.json in the output folder, if there is one, holds the "
+                          "experiments that finished.", highlight=False)
+            raise typer.Exit(code=130)
         if exc is None or not isinstance(exc, TriageError):
             return False
         if self.debug:

@@ -12,7 +12,7 @@ import math
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 import torch
 
@@ -48,15 +48,19 @@ CONFIDENCE_ORDER = ("low", "medium", "high")
 
 @dataclass
 class Walk:
-    """Everything the walk measured and decided, ready for the report."""
+    """Everything the walk measured and decided, ready for the report.
+
+    `status` is "complete" when it reached a leaf; "incomplete" for what the journal is handed while the
+    walk goes on; "interrupted" when Ctrl-C ended it (no leaf: what finished before is all here)."""
 
     path: list[str]
-    leaf: LeafNode
+    leaf: Optional[LeafNode]
     runs: dict[str, ExperimentRun]
     outcomes: dict[str, Outcome]
     decisions: list[Decision]
     setup_facts: SetupFacts
     seconds: float = 0.0
+    status: str = "complete"
 
     def lookup(self, node: str, name: str) -> Any:
         return lookup(node, name, self.setup_facts, self.runs, self.outcomes)
@@ -65,6 +69,8 @@ class Walk:
     def confidence(self) -> Confidence:
         """The leaf's stated confidence, capped by the measured confidence of the differential node
         whose winner led here (a verdict cannot claim more than its differential showed)."""
+        if self.leaf is None:
+            return "low"
         stated = self.leaf.confidence
         for decision in reversed(self.decisions):
             if decision.confidence is not None and any(c.winner for c in decision.candidates):
@@ -99,7 +105,14 @@ def lookup(node: str, name: str, facts: SetupFacts, runs: dict[str, ExperimentRu
     return getattr(outcomes.get(node), name, None)
 
 
-def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = None) -> Walk:
+Journal = Callable[[Walk], None]
+
+
+def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = None,
+         journal: Optional[Journal] = None) -> Walk:
+    """Walk the playbook from its entry to a leaf. `journal` is handed the walk so far (status
+    "incomplete") after every experiment, so what was measured survives whatever happens next; Ctrl-C
+    ends the walk with status "interrupted" instead of losing it."""
     listener = listener or SilentListener()
     facts = setup_facts(session)
     runs: dict[str, ExperimentRun] = {}
@@ -112,12 +125,18 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
     def read(n: str, name: str) -> Any:
         return lookup(n, name, facts, runs, outcomes)
 
+    def so_far(status: str, leaf: Optional[LeafNode] = None) -> Walk:
+        return Walk(path=list(path), leaf=leaf, runs=dict(runs), outcomes=dict(outcomes), decisions=list(decisions),
+                    setup_facts=facts, seconds=time.perf_counter() - started, status=status)
+
     def measure(run_id: str, title: Optional[str]) -> ExperimentRun:
         listener.started(run_id, playbook.experiments[run_id], title)
         run, outcome = run_experiment(session, playbook, run_id, outcomes, listener)
         runs[run_id] = run
         if outcome is not None:
             outcomes[run_id] = outcome
+        if journal is not None:
+            journal(so_far("incomplete"))
         return run
 
     try:
@@ -135,11 +154,13 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
             decisions.append(decision)
             node = decision.goto
             path.append(node)
+    except KeyboardInterrupt:  # the experiment in flight is lost; every finished one is kept
+        log.warning("interrupted at node %s: %d experiments finished", node, len(runs))
+        return so_far("interrupted")
     finally:
         listener.close()
         session.restore()  # leave the user's objects as they were handed to us
-    return Walk(path=path, leaf=spec, runs=runs, outcomes=outcomes, decisions=decisions,
-                setup_facts=facts, seconds=time.perf_counter() - started)
+    return so_far("complete", leaf=spec)
 
 
 def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: dict[str, Outcome],

@@ -26,8 +26,9 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
                  checkpoint_path: Optional[str]) -> Report:
     from triage import __version__
 
-    leaf: LeafNode = walk.leaf
+    leaf: LeafNode = walk.leaf if walk.leaf is not None else _unfinished(walk)
     return Report(
+        status=walk.status,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         root_cause=leaf.diagnosis,
         title=leaf.title or ROOT_CAUSES[leaf.diagnosis],
@@ -55,6 +56,20 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         command=command,
         seconds=round(walk.seconds, 2),
     )
+
+
+def _unfinished(walk: Walk) -> LeafNode:
+    """The stand-in verdict of a walk that reached no leaf: `interrupted` (Ctrl-C) or `incomplete` (the
+    journal's report.json while triage runs, left as it is if triage stops without finishing)."""
+    at, done = walk.path[-1] if walk.path else "?", len(walk.runs)
+    if walk.status == "interrupted":
+        return LeafNode(diagnosis="interrupted", title="Triage was interrupted before a verdict", confidence="low",
+                        fix=f"No verdict: triage was stopped at node '{at}', after {done} experiments (below, as "
+                            "measured). Re-run the command below for the verdict.", evidence=list(walk.runs))
+    return LeafNode(diagnosis="incomplete", title="Triage has not reached a verdict (yet)", confidence="low",
+                    fix=f"No verdict: this report was saved at node '{at}', after {done} experiments. If triage is "
+                        "no longer running, it stopped without finishing; re-run the command below.",
+                    evidence=list(walk.runs))
 
 
 def flowchart(playbook: Playbook) -> Flowchart:
