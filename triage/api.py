@@ -27,18 +27,19 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
         playbook: Optional[Path] = None, steps: Optional[int] = None, seed: int = 0,
         history: Optional[Path] = None, trust_checkpoint: bool = False, trust_playbook: bool = False,
         history_loss: Optional[str] = None, history_val: Optional[str] = None,
-        listener: Optional[Listener] = None, command: Optional[str] = None) -> tuple[Report, dict[str, Path]]:
+        snapshot_dir: Optional[Path] = None, listener: Optional[Listener] = None, command: Optional[str] = None) -> tuple[Report, dict[str, Path]]:
     """Triage one run: load, walk the playbook, write the report. Returns it and the files written.
 
     `entry` is a spec like "mymod:setup" (as `--entry`) or the setup function itself (or a LightningModule
     class, or a function returning a LightningModule or a transformers.Trainer).
     `history_loss` / `history_val` name the loss columns or tags of `history` when they have other names.
     `trust_checkpoint` unpickles the checkpoint fully; `trust_playbook` lets the playbook's `imports:` run
-    (both run code from those files: only for files you trust).
+    (both run code from those files: only for files you trust). `snapshot_dir` keeps the state snapshot in
+    a memory-mapped file there instead of in memory.
     """
     book = with_steps(load_playbook(playbook, trust_imports=trust_playbook), steps)  # validate the playbook before anything runs
     session = open_session(entry, checkpoint, seed=seed, history_path=history, trust_checkpoint=trust_checkpoint,
-                           history_keys=(history_loss, history_val))
+                           history_keys=(history_loss, history_val), snapshot_dir=snapshot_dir)
     out = _writable_dir(Path(out) if out else default_out_dir())
     name = entry if isinstance(entry, str) else entry_name(entry)
     command = command or _command(name, checkpoint, playbook, steps, seed)

@@ -53,6 +53,11 @@ class Checkpoint:
     datamodule_hyper_parameters: dict[str, Any] = field(default_factory=dict)
     capture_dir: Optional[Path] = None  # the capture folder this checkpoint came from, if any
 
+    def without_tensors(self) -> "Checkpoint":
+        """The same checkpoint without its model and optimizer state: once they are loaded into the model
+        and optimizer, a session keeps no second copy (the step, history and settings stay)."""
+        return dataclasses.replace(self, model_state={}, optimizer_state=None)
+
 
 def read_checkpoint(path: Path, trusted: bool = False) -> Checkpoint:
     path = Path(path)

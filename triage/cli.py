@@ -63,6 +63,7 @@ def run(
     history_val: Optional[str] = typer.Option(None, "--history-val", help="The history's validation-loss column or tag."),
     trust_checkpoint: bool = typer.Option(False, "--trust-checkpoint", help="Unpickle the checkpoint fully (runs code in it: only files you trust)."),
     trust_playbook: bool = typer.Option(False, "--trust-playbook", help="Let the playbook's `imports:` run (Python modules: only code you trust)."),
+    snapshot_dir: Optional[Path] = typer.Option(None, "--snapshot-dir", help="Keep the state snapshot in a memory-mapped file here instead of in memory (large checkpoints)."),
     output: Output = typer.Option(Output.live, "--output", help="live view, quiet, or jsonl events for CI logs."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
@@ -72,7 +73,7 @@ def run(
     with _user_errors(debug):
         report, files = run_triage(entry, checkpoint, out=out, playbook=playbook, steps=steps, seed=seed,
                                    history=history, trust_checkpoint=trust_checkpoint, trust_playbook=trust_playbook,
-                                   history_loss=history_loss, history_val=history_val,
+                                   history_loss=history_loss, history_val=history_val, snapshot_dir=snapshot_dir,
                                    listener=_listener(output), command=shlex.join(["triage", *sys.argv[1:]]))
     _finish(report, files, output)
 

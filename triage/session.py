@@ -78,28 +78,37 @@ class Session:
 
 def open_session(entry: Union[str, SetupFactory], checkpoint_path: Optional[Path], seed: int = 0,
                  history_path: Optional[Path] = None, trust_checkpoint: bool = False,
-                 history_keys: tuple[Optional[str], Optional[str]] = (None, None)) -> Session:
+                 history_keys: tuple[Optional[str], Optional[str]] = (None, None),
+                 snapshot_dir: Optional[Path] = None) -> Session:
     """The session for `--entry` (a spec, or the setup function itself) and `--checkpoint`:
-    setup() called, checkpoint loaded, snapshot taken."""
-    checkpoint = read_checkpoint(Path(checkpoint_path), trust_checkpoint) if checkpoint_path else None
+    setup() called, checkpoint loaded, snapshot taken (in memory, or spilled to `snapshot_dir`)."""
     factory, name = (entry, entry_name(entry)) if callable(entry) else (load_entry(entry), entry)
-    return session_from_factory(factory, name, checkpoint, Path(checkpoint_path or "."), seed,
-                                read_history_file(history_path, *history_keys) if history_path else None)
+    history = read_history_file(history_path, *history_keys) if history_path else None
+    # Read inline: session_from_factory holds the only reference, so it can free the loaded tensors.
+    return session_from_factory(factory, name,
+                                read_checkpoint(Path(checkpoint_path), trust_checkpoint) if checkpoint_path else None,
+                                Path(checkpoint_path or "."), seed, history, snapshot_dir=snapshot_dir)
 
 
 def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoint: Optional[Checkpoint] = None,
                          checkpoint_path: Path = Path("."), seed: int = 0,
-                         history: Optional[list[HistoryPoint]] = None) -> Session:
+                         history: Optional[list[HistoryPoint]] = None,
+                         snapshot_dir: Optional[Path] = None) -> Session:
     """A session from a setup function in memory (what tests and the Python API use).
 
     `factory` may also be a LightningModule class or a function returning a LightningModule or a
-    transformers.Trainer: the Setup is then derived from it (triage/integrations/derive.py)."""
-    factory = derived_factory(factory, checkpoint)
+    transformers.Trainer: the Setup is then derived from it (triage/integrations/derive.py).
+
+    Memory: the checkpoint's tensors are loaded into the model and optimizer and then dropped (the
+    optimizer keeps the loaded moments themselves); the snapshot is the one other copy of the state."""
+    light = checkpoint.without_tensors() if checkpoint is not None else None
+    factory = derived_factory(factory, light)
     seed_everything(seed)
     setup = call_setup(factory, entry)
     _move_to_device(setup)
     if checkpoint is not None:
         _load_checkpoint(setup, checkpoint, checkpoint_path)
+    checkpoint = light  # the model state is in the model now: not kept twice
     batches = _materialise(setup.batches, "batches", setup.device)
     if not batches:
         raise SetupError(
@@ -115,7 +124,8 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
     session = Session(
         setup=setup, factory=factory, entry=entry, seed=seed, batches=batches,
         val_batches=val_batches, checkpoint=checkpoint, history=history,
-        snapshot=Snapshot.take(setup.model, setup.optimizer, setup.scheduler, setup.scaler), data_guard=guard,
+        snapshot=Snapshot.take(setup.model, setup.optimizer, setup.scheduler, setup.scaler, spill_dir=snapshot_dir),
+        data_guard=guard,
     )
     _check_loss_fn(session)
     return session
