@@ -46,14 +46,14 @@ class Snapshot:
              scheduler: Any = None, scaler: Any = None, spill_dir: Optional[Path] = None) -> "Snapshot":
         state = model.state_dict(keep_vars=False)
         persistent = {id(v) for v in state.values()}
-        tensors = {
-            "model": {k: _cpu_copy(v) for k, v in state.items()},
+        live = {
+            "model": state,
             # all buffers (state_dict() leaves out non-persistent ones); the persistent ones are in "model"
-            "buffers": {k: _cpu_copy(b) for k, b in model.named_buffers() if id(b) not in persistent},
-            "optimizer": _cpu_copy(optimizer.state_dict()),
+            "buffers": {k: b.detach() for k, b in model.named_buffers() if id(b) not in persistent},
+            "optimizer": optimizer.state_dict(),
         }
-        if spill_dir is not None:
-            tensors = _spill(tensors, Path(spill_dir))
+        # Spilled, the live tensors are written straight to the file: no copy in memory at any time.
+        tensors = _spill(live, Path(spill_dir)) if spill_dir is not None else _cpu_copy(live)
         buffers = {k: tensors["buffers"].get(k, tensors["model"].get(k)) for k, _ in model.named_buffers()}
         return cls(
             model=tensors["model"],
