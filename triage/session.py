@@ -66,6 +66,9 @@ class Session:
         With `default_init`, every module's own `reset_parameters()` replaces whatever init setup()
         applied: PyTorch's default initialisation, the counterfactual for a bad init.
         """
+        # The run's optimizer state is idle while a fresh copy trains, and the engine's next restore puts
+        # it back from the snapshot: freed here, a restart never holds two sets of moments at once.
+        self.setup.optimizer.state.clear()
         seed_everything(self.seed)
         fresh = call_setup(self.factory, self.entry)
         if default_init:
