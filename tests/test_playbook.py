@@ -128,6 +128,8 @@ def test_a_teams_experiments_are_imported_from_beside_the_playbook(tmp_path):
             diagnosis: healthy
             fix: nothing
     """)
-    book = load_playbook(path)
+    with pytest.raises(PlaybookError, match="pass --trust-playbook"):
+        load_playbook(path)  # imports run code: refused unless trusted
+    book = load_playbook(path, trust_imports=True)
     assert book.registry.get("count_batches") is not None
     assert book.spec("many").diagnosis == "too_many_batches"

@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 from triage.api import run
 from triage.capture import save_checkpoint
 from triage.contract import Setup
-from triage.errors import (CheckpointError, EntryError, PlaybookError, ReportError, SetupError,
+from triage.errors import (CheckpointError, EntryError, Interrupted, PlaybookError, ReportError, SetupError,
                            TriageError)
 from triage.experiments import Context, Experiment, Outcome, Params
 from triage.flight.manifest import load_batches
@@ -19,6 +19,6 @@ from triage.report import Report
 
 __all__ = [
     "Setup", "run", "save_checkpoint", "Report", "Recorder", "RecorderSettings", "load_batches",
-    "TriageError", "EntryError", "SetupError", "CheckpointError", "PlaybookError", "ReportError",
+    "TriageError", "EntryError", "SetupError", "CheckpointError", "PlaybookError", "ReportError", "Interrupted",
     "Experiment", "Params", "Outcome", "Context",
 ]

@@ -4,41 +4,75 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 import shlex
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import pydantic
 
 from triage.engine import Listener, walk
 from triage.entry import SetupFactory, entry_name
-from triage.errors import TriageError
+from triage.errors import Interrupted, TriageError
 from triage.playbook import Playbook, load_playbook
 from triage.report import Report, write_report
 from triage.report.build import build_report
+from triage.report.render import write_json
 from triage.session import open_session
+
+log = logging.getLogger(__name__)
 
 
 def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, out: Optional[Path] = None,
         playbook: Optional[Path] = None, steps: Optional[int] = None, seed: int = 0,
-        history: Optional[Path] = None, trust_checkpoint: bool = False,
+        history: Optional[Path] = None, trust_checkpoint: bool = False, trust_playbook: bool = False,
         history_loss: Optional[str] = None, history_val: Optional[str] = None,
-        listener: Optional[Listener] = None, command: Optional[str] = None) -> tuple[Report, dict[str, Path]]:
+        snapshot_dir: Optional[Path] = None, listener: Optional[Listener] = None, command: Optional[str] = None) -> tuple[Report, dict[str, Path]]:
     """Triage one run: load, walk the playbook, write the report. Returns it and the files written.
 
     `entry` is a spec like "mymod:setup" (as `--entry`) or the setup function itself (or a LightningModule
     class, or a function returning a LightningModule or a transformers.Trainer).
     `history_loss` / `history_val` name the loss columns or tags of `history` when they have other names.
+    `trust_checkpoint` unpickles the checkpoint fully; `trust_playbook` lets the playbook's `imports:` run
+    (both run code from those files: only for files you trust). `snapshot_dir` keeps the state snapshot in
+    a memory-mapped file there instead of in memory.
     """
-    book = with_steps(load_playbook(playbook), steps)  # validate the playbook before anything runs
+    book = with_steps(load_playbook(playbook, trust_imports=trust_playbook), steps)  # validate the playbook before anything runs
     session = open_session(entry, checkpoint, seed=seed, history_path=history, trust_checkpoint=trust_checkpoint,
-                           history_keys=(history_loss, history_val))
+                           history_keys=(history_loss, history_val), snapshot_dir=snapshot_dir)
     out = _writable_dir(Path(out) if out else default_out_dir())
-    result = walk(session, book, listener)
     name = entry if isinstance(entry, str) else entry_name(entry)
-    report = build_report(result, session, book, command or _command(name, checkpoint, playbook, steps, seed),
-                          str(checkpoint) if checkpoint else None)
-    return report, write_report(report, out)
+    command = command or _command(name, checkpoint, playbook, steps, seed)
+    where = str(checkpoint) if checkpoint else None
+    result = walk(session, book, listener, journal=Journal(session, book, command, where, out))
+    report = build_report(result, session, book, command, where)
+    files = write_report(report, out)
+    if result.status == "interrupted":
+        raise Interrupted(report, files)
+    return report, files
+
+
+@dataclasses.dataclass
+class Journal:
+    """report.json rewritten (atomically) after every experiment, status "incomplete": a crash, a kill or
+    a full disk later on cannot take what was measured with it. A journal write that fails is logged
+    and the walk goes on; the final report says whether it could be written."""
+
+    session: Any
+    book: Playbook
+    command: str
+    checkpoint: Optional[str]
+    out: Path
+    failed: bool = False
+
+    def __call__(self, partial) -> None:
+        try:
+            write_json(build_report(partial, self.session, self.book, self.command, self.checkpoint), self.out)
+        except Exception as exc:  # noqa: BLE001  (the walk matters more than its journal)
+            if not self.failed:
+                log.warning("could not save report.json after an experiment (%s: %s); going on",
+                            type(exc).__name__, exc)
+            self.failed = True
 
 
 # the experiments whose `steps` is the replay's length
@@ -62,6 +96,9 @@ def with_steps(book: Playbook, steps: Optional[int]) -> Playbook:
 
 def _writable_dir(out: Path) -> Path:
     """Fail before the experiments, not after them, when the report cannot be written."""
+    if out.exists() and not out.is_dir():
+        raise TriageError(f"Expected --out '{out}' to be a folder (or not to exist yet), found a file there. "
+                          "Pass a folder path; triage creates it.")
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".triage-write-test"

@@ -28,4 +28,5 @@ ROOT_CAUSES: dict[str, str] = {
     "train_val_overlap": "Train and validation sets overlap",
     "healthy": "No fault reproduced",
     "unexplained": "Symptom reproduced, no tested cause explains it",
+    "nonfinite_checkpoint": "The checkpoint already holds NaN or Inf",
 }

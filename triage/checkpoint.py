@@ -20,6 +20,7 @@ import json
 import logging
 import pickle
 import re
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -52,6 +53,11 @@ class Checkpoint:
     datamodule_hyper_parameters: dict[str, Any] = field(default_factory=dict)
     capture_dir: Optional[Path] = None  # the capture folder this checkpoint came from, if any
 
+    def without_tensors(self) -> "Checkpoint":
+        """The same checkpoint without its model and optimizer state: once they are loaded into the model
+        and optimizer, a session keeps no second copy (the step, history and settings stay)."""
+        return dataclasses.replace(self, model_state={}, optimizer_state=None)
+
 
 def read_checkpoint(path: Path, trusted: bool = False) -> Checkpoint:
     path = Path(path)
@@ -71,16 +77,49 @@ def _load(path: Path, trusted: bool) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=not trusted)
     except pickle.UnpicklingError as exc:
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
-        if found:
-            raise CheckpointError(
-                f"Expected '{path}' to hold only tensors and plain containers (it is loaded with "
-                f"weights_only=True), found a pickled object of type {found.group(1)}. If you trust this "
-                "file, re-run with --trust-checkpoint to unpickle it fully."
-            ) from exc
-        raise CheckpointError(_unreadable(path, exc)) from exc
+        refused = _GLOBAL.search(str(exc)) or ("unsupported" in str(exc).lower() and _looks_saved(path))
+        raise CheckpointError(_refused(path, exc) if refused else _unreadable(path, exc)) from exc
     except Exception as exc:  # torch raises RuntimeError, EOFError, zipfile errors, ...
         raise CheckpointError(_unreadable(path, exc)) from exc
+
+
+def _looks_saved(path: Path) -> bool:
+    """Written by torch.save (a zip archive, or the legacy format's pickle), not random bytes."""
+    if zipfile.is_zipfile(path):
+        return True
+    with open(path, "rb") as handle:
+        return handle.read(1) == b"\x80"  # a binary pickle's PROTO opcode
+
+
+_BLOCKED = re.compile(r"unsupported GLOBAL ([\w.]+) whose module ([\w.]+) is blocked", re.I)
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+
+
+def _refused(path: Path, exc: BaseException) -> str:
+    """What weights_only=True refused, named: a blocked function (the file would run it), a pickled
+    module (torch.save(model)), another class, or pickle content it does not accept."""
+    text = str(exc)
+    blocked = _BLOCKED.search(text)
+    if blocked:
+        return (f"Expected '{path}' to hold only tensors and plain containers (it is loaded with "
+                f"weights_only=True), found a pickle that calls {blocked.group(1)}: loading it fully would run "
+                f"that function. This is not a plain checkpoint; do not pass --trust-checkpoint unless you know "
+                f"why it calls {blocked.group(1)}. Re-save the state dicts with torch.save({{'model': "
+                "model.state_dict(), ...}}).")
+    found = _GLOBAL.search(text)
+    if found and found.group(1).startswith("torch.nn.modules."):
+        return (f"Expected '{path}' to hold a state dict, found a whole pickled module ({found.group(1)}), as "
+                "torch.save(model) writes. Re-save it with torch.save(model.state_dict(), path); or, if you "
+                "trust the file, pass --trust-checkpoint: triage unpickles it and takes its state_dict().")
+    if found:
+        return (f"Expected '{path}' to hold only tensors and plain containers (it is loaded with "
+                f"weights_only=True), found a pickled object of type {found.group(1)}. If it is your model "
+                "saved with torch.save(model), re-save model.state_dict(); if you trust this file, re-run with "
+                "--trust-checkpoint to unpickle it fully (triage takes a module's state_dict()).")
+    detail = next((line.strip() for line in text.splitlines() if "unsupported" in line.lower()), _first_line(exc))
+    return (f"Expected '{path}' to hold only tensors and plain containers (it is loaded with weights_only=True), "
+            f"found pickled content that loading refuses ({detail[:300]}). If you trust this file, re-run with "
+            "--trust-checkpoint.")
 
 
 def _unreadable(path: Path, exc: BaseException) -> str:
@@ -90,6 +129,13 @@ def _unreadable(path: Path, exc: BaseException) -> str:
 
 
 def _read_dict(data: Any, path: Path) -> Checkpoint:
+    if isinstance(data, torch.nn.Module):  # torch.save(model), unpickled under --trust-checkpoint
+        log.warning("%s holds a whole pickled %s, not a state dict: using its state_dict()", path,
+                    type(data).__name__)
+        return Checkpoint(layout="module", model_state=data.state_dict())
+    if isinstance(data, dict):  # {"model": model, "optimizer": optimizer} pickled whole (trusted)
+        data = {k: v.state_dict() if isinstance(v, (torch.nn.Module, torch.optim.Optimizer)) else v
+                for k, v in data.items()}
     if not isinstance(data, dict) or not data:
         raise CheckpointError(
             f"Expected '{path}' to hold a dict (a state_dict or a dict with a 'model' entry), "
@@ -208,9 +254,19 @@ def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor], pat
             f"{len(missing)} missing keys {missing[:5]} and {len(unexpected)} unexpected keys "
             f"{unexpected[:5]}. Check that --entry builds the same architecture the run saved."
         )
+    own = model.state_dict()
+    wrong = [(k, tuple(state[k].shape), tuple(own[k].shape)) for k in own
+             if isinstance(state.get(k), torch.Tensor) and tuple(state[k].shape) != tuple(own[k].shape)]
+    if wrong:
+        shown = "; ".join(f"{k}: checkpoint {a}, model {b}" for k, a, b in wrong[:10])
+        more = f"; and {len(wrong) - 10} more" if len(wrong) > 10 else ""
+        raise CheckpointError(
+            f"Expected the checkpoint '{path}' tensors to have the model's shapes, found {len(wrong)} that "
+            f"differ: {shown}{more}. Check that setup() builds the same sizes the run used."
+        )
     try:
         model.load_state_dict(state)
-    except RuntimeError as exc:
+    except (RuntimeError, TypeError, AttributeError) as exc:
         raise CheckpointError(
             f"Expected the checkpoint '{path}' tensors to have the model's shapes, found a "
             f"mismatch: {_first_line(exc)}. Check that setup() builds the same sizes the run used."

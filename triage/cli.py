@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from triage.errors import TriageError
+from triage.errors import Interrupted, TriageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Diagnose a failed training run by experiment.")
@@ -61,7 +61,9 @@ def run(
     history: Optional[Path] = typer.Option(None, "--history", help="Loss history: CSV (Lightning metrics.csv), JSONL, trainer_state.json or a TensorBoard log folder."),
     history_loss: Optional[str] = typer.Option(None, "--history-loss", help="The history's training-loss column or tag, when not a usual name."),
     history_val: Optional[str] = typer.Option(None, "--history-val", help="The history's validation-loss column or tag."),
-    trust_checkpoint: bool = typer.Option(False, "--trust-checkpoint", help="Unpickle the checkpoint fully (only files you trust)."),
+    trust_checkpoint: bool = typer.Option(False, "--trust-checkpoint", help="Unpickle the checkpoint fully (runs code in it: only files you trust)."),
+    trust_playbook: bool = typer.Option(False, "--trust-playbook", help="Let the playbook's `imports:` run (Python modules: only code you trust)."),
+    snapshot_dir: Optional[Path] = typer.Option(None, "--snapshot-dir", help="Keep the state snapshot in a memory-mapped file here instead of in memory (large checkpoints)."),
     output: Output = typer.Option(Output.live, "--output", help="live view, quiet, or jsonl events for CI logs."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
@@ -70,8 +72,8 @@ def run(
 
     with _user_errors(debug):
         report, files = run_triage(entry, checkpoint, out=out, playbook=playbook, steps=steps, seed=seed,
-                                   history=history, trust_checkpoint=trust_checkpoint,
-                                   history_loss=history_loss, history_val=history_val,
+                                   history=history, trust_checkpoint=trust_checkpoint, trust_playbook=trust_playbook,
+                                   history_loss=history_loss, history_val=history_val, snapshot_dir=snapshot_dir,
                                    listener=_listener(output), command=shlex.join(["triage", *sys.argv[1:]]))
     _finish(report, files, output)
 
@@ -146,6 +148,16 @@ class _user_errors:
         return self
 
     def __exit__(self, kind, exc, tb):
+        if isinstance(exc, Interrupted):
+            console.print(f"[bold yellow]triage:[/] interrupted after {len(exc.report.experiments)} experiments; "
+                          f"the report of what finished (status interrupted) is at {escape(str(exc.files['html']))}",
+                          highlight=False)
+            raise typer.Exit(code=130)
+        if isinstance(exc, KeyboardInterrupt):
+            console.print("[bold yellow]triage:[/] interrupted outside the experiments (while loading, or while "
+                          "writing the report): a report.json in the output folder, if there is one, holds the "
+                          "experiments that finished.", highlight=False)
+            raise typer.Exit(code=130)
         if exc is None or not isinstance(exc, TriageError):
             return False
         if self.debug:

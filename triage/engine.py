@@ -12,7 +12,7 @@ import math
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 import torch
 
@@ -48,15 +48,19 @@ CONFIDENCE_ORDER = ("low", "medium", "high")
 
 @dataclass
 class Walk:
-    """Everything the walk measured and decided, ready for the report."""
+    """Everything the walk measured and decided, ready for the report.
+
+    `status` is "complete" when it reached a leaf; "incomplete" for what the journal is handed while the
+    walk goes on; "interrupted" when Ctrl-C ended it (no leaf: what finished before is all here)."""
 
     path: list[str]
-    leaf: LeafNode
+    leaf: Optional[LeafNode]
     runs: dict[str, ExperimentRun]
     outcomes: dict[str, Outcome]
     decisions: list[Decision]
     setup_facts: SetupFacts
     seconds: float = 0.0
+    status: str = "complete"
 
     def lookup(self, node: str, name: str) -> Any:
         return lookup(node, name, self.setup_facts, self.runs, self.outcomes)
@@ -65,6 +69,8 @@ class Walk:
     def confidence(self) -> Confidence:
         """The leaf's stated confidence, capped by the measured confidence of the differential node
         whose winner led here (a verdict cannot claim more than its differential showed)."""
+        if self.leaf is None:
+            return "low"
         stated = self.leaf.confidence
         for decision in reversed(self.decisions):
             if decision.confidence is not None and any(c.winner for c in decision.candidates):
@@ -99,7 +105,14 @@ def lookup(node: str, name: str, facts: SetupFacts, runs: dict[str, ExperimentRu
     return getattr(outcomes.get(node), name, None)
 
 
-def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = None) -> Walk:
+Journal = Callable[[Walk], None]
+
+
+def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = None,
+         journal: Optional[Journal] = None) -> Walk:
+    """Walk the playbook from its entry to a leaf. `journal` is handed the walk so far (status
+    "incomplete") after every experiment, so what was measured survives whatever happens next; Ctrl-C
+    ends the walk with status "interrupted" instead of losing it."""
     listener = listener or SilentListener()
     facts = setup_facts(session)
     runs: dict[str, ExperimentRun] = {}
@@ -112,12 +125,18 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
     def read(n: str, name: str) -> Any:
         return lookup(n, name, facts, runs, outcomes)
 
+    def so_far(status: str, leaf: Optional[LeafNode] = None) -> Walk:
+        return Walk(path=list(path), leaf=leaf, runs=dict(runs), outcomes=dict(outcomes), decisions=list(decisions),
+                    setup_facts=facts, seconds=time.perf_counter() - started, status=status)
+
     def measure(run_id: str, title: Optional[str]) -> ExperimentRun:
         listener.started(run_id, playbook.experiments[run_id], title)
         run, outcome = run_experiment(session, playbook, run_id, outcomes, listener)
         runs[run_id] = run
         if outcome is not None:
             outcomes[run_id] = outcome
+        if journal is not None:
+            journal(so_far("incomplete"))
         return run
 
     try:
@@ -135,11 +154,13 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
             decisions.append(decision)
             node = decision.goto
             path.append(node)
+    except KeyboardInterrupt:  # the experiment in flight is lost; every finished one is kept
+        log.warning("interrupted at node %s: %d experiments finished", node, len(runs))
+        return so_far("interrupted")
     finally:
         listener.close()
         session.restore()  # leave the user's objects as they were handed to us
-    return Walk(path=path, leaf=spec, runs=runs, outcomes=outcomes, decisions=decisions,
-                setup_facts=facts, seconds=time.perf_counter() - started)
+    return so_far("complete", leaf=spec)
 
 
 def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: dict[str, Outcome],
@@ -175,12 +196,13 @@ def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: di
 
 def _decide(playbook: Playbook, node: str, read) -> Decision:
     figures: dict[str, Any] = {}
+    errors: list[str] = []  # conditions that could not be evaluated: unknown, recorded, the walk goes on
     for target, condition in playbook.branches(node):
         if condition is None:
-            return Decision(node=node, goto=target, when=None, figures=figures)
+            return Decision(node=node, goto=target, when=None, figures=figures, errors=errors)
         figures.update({f"{n}.{name}": _figure(read(n, name)) for n, name in sorted(condition.refs)})
-        if condition.evaluate(read):
-            return Decision(node=node, goto=target, when=condition.text, figures=figures)
+        if condition.evaluate(read, errors):
+            return Decision(node=node, goto=target, when=condition.text, figures=figures, errors=errors)
     raise AssertionError("a validated run node always has an `otherwise` edge")
 
 
@@ -190,10 +212,11 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, m
     candidates whose fix works (tier 1 where the abnormality a candidate repairs was `measured`), the
     best (lowest) score within it."""
     results = []
+    errors: list[str] = []
     measured = playbook.measured(node)
     for cid, candidate, condition in playbook.candidates(node):
-        tried = condition is None or condition.evaluate(read)
-        abnormal = measured[cid].evaluate(read) if cid in measured else None
+        tried = condition is None or condition.evaluate(read, errors)
+        abnormal = measured[cid].evaluate(read, errors) if cid in measured else None
         works = score = None
         if tried:
             run = measure(cid, candidate.title)
@@ -208,7 +231,7 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, m
     working = [r for r in results if r.then and r.works]
     if not working:
         return Decision(node=node, goto=spec.otherwise, when=None, figures=figures, candidates=results,
-                        confidence="low")
+                        confidence="low", errors=errors)
     winner = min(working, key=lambda r: (r.tier, r.score if r.score is not None else math.inf))
     # A rival of another cause at the winner's tier that ends about as low: the data cannot tell the two
     # apart. A working rival of a lower tier is the expected masking (a higher LR also "fixes" a clip
@@ -218,7 +241,7 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, m
             and _close(r.score, winner.score, spec.close)}
     results = [r.model_copy(update={"winner": r is winner, "also_works": r.id in also}) for r in results]
     return Decision(node=node, goto=winner.then, when=f"{winner.id} works best", figures=figures,
-                    candidates=results, confidence="medium" if also else "high")
+                    candidates=results, confidence="medium" if also else "high", errors=errors)
 
 
 def _cause_of(playbook: Playbook, node: Optional[str]) -> Optional[str]:

@@ -53,6 +53,9 @@ def call_setup(factory: SetupFactory, spec: str) -> Setup:
         ) from exc
     except TriageError:  # already says what to do (a derived setup, load_batches, ...)
         raise
+    except SystemExit as exc:  # would end triage without a word
+        raise EntryError(f"Expected '{spec}' to return a triage.Setup, found it called sys.exit({exc.code!r}). "
+                         "Remove the sys.exit() from setup() (or what it calls).") from None
     except Exception as exc:
         raise EntryError(
             f"Expected '{spec}' to return a triage.Setup, but it raised {type(exc).__name__}: {exc}\n"
@@ -82,6 +85,8 @@ def _import(module_part: str, spec: str):
         sys.path.insert(0, str(path.resolve().parent))  # so the file can import its neighbours
         try:
             module_spec.loader.exec_module(module)
+        except SystemExit as exc:
+            raise EntryError(_exited(module_part, exc)) from None
         except Exception as exc:
             raise EntryError(_import_failed(module_part, exc)) from exc
         return module
@@ -96,8 +101,15 @@ def _import(module_part: str, spec: str):
                 "Run triage from the folder that holds it, or pass a file path: --entry path/to/mymod.py:setup"
             ) from exc
         raise EntryError(_import_failed(module_part, exc)) from exc
+    except SystemExit as exc:
+        raise EntryError(_exited(module_part, exc)) from None
     except Exception as exc:
         raise EntryError(_import_failed(module_part, exc)) from exc
+
+
+def _exited(module_part: str, exc: SystemExit) -> str:
+    return (f"Expected '{module_part}' to import cleanly, found it called sys.exit({exc.code!r}) while being "
+            "imported (a script's entry point?). Move that code under `if __name__ == \"__main__\":`.")
 
 
 def _import_failed(module_part: str, exc: BaseException) -> str:

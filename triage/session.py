@@ -14,9 +14,11 @@ import torch
 from triage.batches import to_device
 from triage.checkpoint import Checkpoint, load_model_state, read_checkpoint
 from triage.contract import Setup
+from triage.data_guard import DataGuard
 from triage.entry import SetupFactory, call_setup, entry_name, load_entry
 from triage.errors import CheckpointError, SetupError
 from triage.history import HistoryPoint, read_history_file
+from triage.optimizer_types import mismatch
 from triage.integrations.derive import derived_factory
 from triage.snapshot import Snapshot
 
@@ -47,6 +49,8 @@ class Session:
     # Figures of the data alone (never of the weights), measured once by whichever experiment needs
     # them first: e.g. the loss levels of triage.experiments.levels.
     memo: dict[str, Any] = field(default_factory=dict)
+    # Gives loss_fn / train_step a copy of each batch, so the data snapshot never changes (data_guard.py).
+    data_guard: Optional[DataGuard] = None
 
     @property
     def device(self) -> torch.device:
@@ -62,6 +66,9 @@ class Session:
         With `default_init`, every module's own `reset_parameters()` replaces whatever init setup()
         applied: PyTorch's default initialisation, the counterfactual for a bad init.
         """
+        # The run's optimizer state is idle while a fresh copy trains, and the engine's next restore puts
+        # it back from the snapshot: freed here, a restart never holds two sets of moments at once.
+        self.setup.optimizer.state.clear()
         seed_everything(self.seed)
         fresh = call_setup(self.factory, self.entry)
         if default_init:
@@ -69,33 +76,42 @@ class Session:
                 if hasattr(module, "reset_parameters"):
                     module.reset_parameters()
         fresh.model.to(self.device)
-        return fresh
+        return self.data_guard.protect(fresh) if self.data_guard is not None else fresh
 
 
 def open_session(entry: Union[str, SetupFactory], checkpoint_path: Optional[Path], seed: int = 0,
                  history_path: Optional[Path] = None, trust_checkpoint: bool = False,
-                 history_keys: tuple[Optional[str], Optional[str]] = (None, None)) -> Session:
+                 history_keys: tuple[Optional[str], Optional[str]] = (None, None),
+                 snapshot_dir: Optional[Path] = None) -> Session:
     """The session for `--entry` (a spec, or the setup function itself) and `--checkpoint`:
-    setup() called, checkpoint loaded, snapshot taken."""
-    checkpoint = read_checkpoint(Path(checkpoint_path), trust_checkpoint) if checkpoint_path else None
+    setup() called, checkpoint loaded, snapshot taken (in memory, or spilled to `snapshot_dir`)."""
     factory, name = (entry, entry_name(entry)) if callable(entry) else (load_entry(entry), entry)
-    return session_from_factory(factory, name, checkpoint, Path(checkpoint_path or "."), seed,
-                                read_history_file(history_path, *history_keys) if history_path else None)
+    history = read_history_file(history_path, *history_keys) if history_path else None
+    # Read inline: session_from_factory holds the only reference, so it can free the loaded tensors.
+    return session_from_factory(factory, name,
+                                read_checkpoint(Path(checkpoint_path), trust_checkpoint) if checkpoint_path else None,
+                                Path(checkpoint_path or "."), seed, history, snapshot_dir=snapshot_dir)
 
 
 def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoint: Optional[Checkpoint] = None,
                          checkpoint_path: Path = Path("."), seed: int = 0,
-                         history: Optional[list[HistoryPoint]] = None) -> Session:
+                         history: Optional[list[HistoryPoint]] = None,
+                         snapshot_dir: Optional[Path] = None) -> Session:
     """A session from a setup function in memory (what tests and the Python API use).
 
     `factory` may also be a LightningModule class or a function returning a LightningModule or a
-    transformers.Trainer: the Setup is then derived from it (triage/integrations/derive.py)."""
-    factory = derived_factory(factory, checkpoint)
+    transformers.Trainer: the Setup is then derived from it (triage/integrations/derive.py).
+
+    Memory: the checkpoint's tensors are loaded into the model and optimizer and then dropped (the
+    optimizer keeps the loaded moments themselves); the snapshot is the one other copy of the state."""
+    light = checkpoint.without_tensors() if checkpoint is not None else None
+    factory = derived_factory(factory, light)
     seed_everything(seed)
     setup = call_setup(factory, entry)
     _move_to_device(setup)
     if checkpoint is not None:
         _load_checkpoint(setup, checkpoint, checkpoint_path)
+    checkpoint = light  # the model state is in the model now: not kept twice
     batches = _materialise(setup.batches, "batches", setup.device)
     if not batches:
         raise SetupError(
@@ -105,11 +121,14 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
     val_batches = _materialise(setup.val_batches, "val_batches", setup.device)
     if history is None:
         history = checkpoint.history if checkpoint else []
+    guard = DataGuard(batches, val_batches)
+    setup = guard.protect(setup)
     seed_everything(seed)
     session = Session(
         setup=setup, factory=factory, entry=entry, seed=seed, batches=batches,
         val_batches=val_batches, checkpoint=checkpoint, history=history,
-        snapshot=Snapshot.take(setup.model, setup.optimizer, setup.scheduler, setup.scaler),
+        snapshot=Snapshot.take(setup.model, setup.optimizer, setup.scheduler, setup.scaler, spill_dir=snapshot_dir),
+        data_guard=guard,
     )
     _check_loss_fn(session)
     return session
@@ -126,7 +145,7 @@ def _check_loss_fn(session: Session) -> None:
         with torch.no_grad():
             loss = setup.loss_fn(setup.model, session.batches[0])
     except Exception as exc:
-        log.warning("loss_fn raised on the first batch (%s: %s); the experiments will say more",
+        log.warning("loss_fn raised on snapshot batch 0 (%s: %s); the experiments will say more",
                     type(exc).__name__, exc)
         return
     finally:
@@ -157,6 +176,13 @@ def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> None:
     for name, target, state in parts:
         if target is None or state is None:
             continue
+        other = mismatch(target, state) if name == "optimizer" else None
+        if other:
+            raise CheckpointError(
+                f"Expected the checkpoint's optimizer state to fit the optimizer setup() built, found that "
+                f"{other}. Build the optimizer the run used (its type and parameter groups), or save the "
+                "checkpoint without its optimizer state to replay with fresh moments."
+            )
         try:
             target.load_state_dict(state)
             if name == "optimizer":
@@ -184,10 +210,30 @@ def _materialise(batches: Any, name: str, device: str) -> list[Any]:
     """Read the data snapshot once into a list, on the setup's device."""
     if batches is None:
         return []
-    out = []
-    for i, batch in enumerate(batches):
-        if i == MAX_SNAPSHOT_BATCHES:
+    out: list[Any] = []
+    iterator = iter(batches)
+    while len(out) <= MAX_SNAPSHOT_BATCHES:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            break
+        except Exception as exc:
+            raise SetupError(
+                f"Expected Setup.{name} to yield batches, found that reading batch {len(out)} raised "
+                f"{type(exc).__name__}: {_first_line(exc)}. Fix the dataset or DataLoader (try "
+                f"`list(setup().{name})` in Python), or pass the batches that load."
+            ) from exc
+        if len(out) == MAX_SNAPSHOT_BATCHES:
             log.warning("%s: using the first %d batches as the snapshot", name, MAX_SNAPSHOT_BATCHES)
             break
-        out.append(to_device(batch, device))
+        try:
+            out.append(to_device(batch, device))
+        except Exception as exc:
+            raise SetupError(f"Expected batch {len(out)} of Setup.{name} to move to '{device}', found it cannot "
+                             f"({type(exc).__name__}: {_first_line(exc)}). Check what the batch holds.") from exc
     return out
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__

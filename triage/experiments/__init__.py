@@ -3,6 +3,7 @@
 from triage.experiments.activations import ACTIVATION_HEALTH
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.batch_scan import BATCH_SCAN
+from triage.experiments.checkpoint_check import CHECKPOINT_CHECK
 from triage.experiments.data_check import DATA_CHECK
 from triage.experiments.gradient_flow import GRADIENT_FLOW
 from triage.experiments.history_check import HISTORY_CHECK
@@ -19,7 +20,7 @@ from triage.experiments.replay import REPLAY
 from triage.experiments.search import INIT_SEARCH, LR_SEARCH
 from triage.records import ExperimentRun
 
-BUILTIN = (DATA_CHECK, LABEL_CHECK, OVERLAP_CHECK, HISTORY_CHECK, LOOP_DIFF, INIT_LOSS, REPLAY,
+BUILTIN = (DATA_CHECK, CHECKPOINT_CHECK, LABEL_CHECK, OVERLAP_CHECK, HISTORY_CHECK, LOOP_DIFF, INIT_LOSS, REPLAY,
            BATCH_SCAN, LOCATE_NONFINITE, LR_RANGE_TEST, GRADIENT_FLOW, ACTIVATION_HEALTH, LR_TRACE,
            OUTPUT_CHECK, LR_SEARCH, INIT_SEARCH)
 

@@ -191,8 +191,7 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
     scale_weight_decay(optimizer, p.wd_scale)
     lr_scale = p.lr_scale * _suggested_ratio(ctx, p.lr_scale_from) * (peak_ratio or 1.0)
     params = trainable(model)
-    trace = _Trace(start_weights=[q.detach().clone() for q in model.parameters()],
-                   weight_norm_start=param_vector_norm(model))
+    trace = _Trace(start_weights=_start_weights(session, setup, p), weight_norm_start=param_vector_norm(model))
     if p.loop == "reference":
         model.train()  # the user's loop keeps whatever mode it sets: that may be the bug
     for step in range(max(p.steps, p.extend_to)):
@@ -223,6 +222,17 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
             trace.first_bad = step
             break
     return trace, clip, skip
+
+
+def _start_weights(session, setup, p: ReplayParams) -> list[torch.Tensor]:
+    """The weights the replay starts from, to measure how far it moved them: the snapshot's own copy
+    when it starts from the checkpoint as restored (no second copy of the model in memory), else a copy."""
+    if setup is session.setup and not p.revive_dead:
+        saved = session.snapshot.model
+        names = [name for name, _ in setup.model.named_parameters()]
+        if all(name in saved for name in names):
+            return [saved[name] for name in names]
+    return [q.detach().clone() for q in setup.model.parameters()]
 
 
 def _suggested_ratio(ctx: Context, node: Optional[str]) -> float:
@@ -265,7 +275,8 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
     start, end = start_end(finite_losses)
     norm_start, _ = start_end(finite_norms)
     with torch.no_grad():
-        moved = torch.stack([(q.detach() - w).float().norm() for q, w in zip(model.parameters(), t.start_weights)])
+        moved = torch.stack([(q.detach() - w.to(q.device)).float().norm()
+                             for q, w in zip(model.parameters(), t.start_weights)])
     weight_norm_end = param_vector_norm(model)
     weights_finite = math.isfinite(weight_norm_end) and t.weight_norm_start > 0
     finite = t.first_bad is None and math.isfinite(weight_norm_end)

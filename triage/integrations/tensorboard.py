@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from triage.errors import CheckpointError
-from triage.history import HistoryPoint
+from triage.history import MAX_POINTS, HistoryPoint
 from triage.integrations import require
 
 EVENTS = "events.out.tfevents"
@@ -32,9 +32,11 @@ def _run_dir(path: Path) -> Path:
 
 
 def read_tensorboard(path: Path, loss_keys: Sequence[str], val_keys: Sequence[str]) -> list[HistoryPoint]:
-    """The scalars under the first tag of `loss_keys` and of `val_keys` the run logged, merged by step."""
+    """The scalars under the first tag of `loss_keys` and of `val_keys` the run logged, merged by step.
+    At most MAX_POINTS per tag are kept (TensorBoard's reservoir: an even sample that always keeps the
+    newest), so a log of any length is read in bounded memory."""
     accumulator = require("tensorboard.backend.event_processing.event_accumulator", "tensorboard")
-    events = accumulator.EventAccumulator(str(_run_dir(Path(path))), size_guidance={accumulator.SCALARS: 0})
+    events = accumulator.EventAccumulator(str(_run_dir(Path(path))), size_guidance={accumulator.SCALARS: MAX_POINTS})
     events.Reload()
     tags = events.Tags().get("scalars", [])
     loss_tag = next((t for t in loss_keys if t in tags), None)

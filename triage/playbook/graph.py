@@ -26,8 +26,10 @@ import yaml
 
 from triage.causes import ROOT_CAUSES
 from triage.errors import PlaybookError
-from triage.experiments import Registry, default_registry
+from triage.experiments import Experiment, Registry, default_registry
+from triage.playbook import limits
 from triage.playbook.conditions import Condition, ConditionError, parse_condition
+from triage.playbook.typecheck import NONE, NUMBER, STR, Kinds, check_types, kinds_of
 from triage.playbook.schema import (Candidate, DecisionNode, DifferentialNode, Finding, LeafNode, PlaybookFile,
                                     RunNode)
 from triage.records import SetupFacts
@@ -88,19 +90,31 @@ def default_playbook_path() -> Path:
     return shipped_path("playbooks") / "default.yaml"
 
 
-def load_playbook(path: Optional[Path] = None, registry: Optional[Registry] = None) -> Playbook:
+def load_playbook(path: Optional[Path] = None, registry: Optional[Registry] = None,
+                  trust_imports: bool = False) -> Playbook:
+    """Read and validate a playbook. Its `imports:` are Python modules, run when imported: they are
+    refused unless `trust_imports` (`--trust-playbook`) says the user trusts them. Size limits:
+    triage/playbook/limits.py."""
     path = Path(path) if path else default_playbook_path()
     if not path.is_file():
         raise PlaybookError(f"Expected a playbook YAML file at '{path}', found none. Check --playbook.")
-    text = path.read_text()
-    lines, candidate_lines = _node_lines(text)
-    raw = _parse_yaml(text, path)
+    try:
+        text = limits.read_text(path)
+        limits.check_yaml(text)
+    except limits.LimitError as exc:
+        raise PlaybookError(f"Playbook {path}: {exc}.") from None
+    except OSError as exc:
+        raise PlaybookError(f"Expected to read the playbook '{path}', found it unreadable ({exc.strerror or exc}). "
+                            "Check --playbook.") from None
+    raw, lines, candidate_lines = _parse_yaml(text, path)
     where = _Where(path, lines, candidate_lines)
     try:
         book = PlaybookFile.model_validate(raw)
     except pydantic.ValidationError as exc:
         raise PlaybookError(where.say(None, _pydantic_message(exc))) from None
+    _check_size(book, where)
     registry = (registry or default_registry()).copy()
+    _check_trusted(book, trust_imports, where)
     _import_experiments(book, registry, where)
     _check_defaults(book, registry, where)
     graph, params, experiments = _build_graph(book, registry, where)
@@ -129,22 +143,24 @@ class _Where:
         return f"Playbook {self.path}{line}:{at} {message}"
 
 
-def _parse_yaml(text: str, path: Path) -> Any:
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when installed: 10x faster, same result
+
+
+def _parse_yaml(text: str, path: Path) -> tuple[Any, dict[str, int], dict[str, int]]:
+    """The YAML's data, with the line of each node id and each differential candidate id (one parse)."""
     try:
-        return yaml.safe_load(text)
+        root = yaml.compose(text, Loader=_LOADER)
+        data = _LOADER("").construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
         raise PlaybookError(f"Playbook {path}{line}: expected valid YAML, found a syntax error "
                             f"({getattr(exc, 'problem', exc)}). Fix the YAML there.") from None
+    return (data, *_node_lines(root))
 
 
-def _node_lines(text: str) -> tuple[dict[str, int], dict[str, int]]:
+def _node_lines(root: Any) -> tuple[dict[str, int], dict[str, int]]:
     """Line number (1-based) of each node id under `nodes:`, and of each differential candidate id."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return {}, {}
     if not isinstance(root, yaml.MappingNode):
         return {}, {}
     lines: dict[str, int] = {}
@@ -152,10 +168,10 @@ def _node_lines(text: str) -> tuple[dict[str, int], dict[str, int]]:
     for key, value in root.value:
         if key.value == "nodes" and isinstance(value, yaml.MappingNode):
             for node_key, node in value.value:
-                lines[node_key.value] = node_key.start_mark.line + 1
+                lines[str(node_key.value)] = node_key.start_mark.line + 1
                 for field_key, field in node.value if isinstance(node, yaml.MappingNode) else []:
                     if field_key.value == "differential" and isinstance(field, yaml.MappingNode):
-                        candidates.update({k.value: k.start_mark.line + 1 for k, _ in field.value})
+                        candidates.update({str(k.value): k.start_mark.line + 1 for k, _ in field.value})
     return lines, candidates
 
 
@@ -167,6 +183,23 @@ def _pydantic_message(exc: pydantic.ValidationError) -> str:
     return "expected a valid playbook, found: " + "; ".join(parts)
 
 
+def _check_size(book: PlaybookFile, where: _Where) -> None:
+    candidates = sum(len(n["differential"]) for n in book.nodes.values()
+                     if isinstance(n, dict) and isinstance(n.get("differential"), dict))
+    try:
+        limits.check_node_count(len(book.nodes), candidates)
+    except limits.LimitError as exc:
+        raise PlaybookError(where.say(None, f"{exc}.")) from None
+
+
+def _check_trusted(book: PlaybookFile, trusted: bool, where: _Where) -> None:
+    if book.imports and not trusted:
+        raise PlaybookError(where.say(None, f"imports: expected no Python modules unless you trust them, found "
+                                            f"{book.imports}, which would run their code on import. Conditions "
+                                            "and parameters never run code; `imports:` does. If you trust these "
+                                            "modules, pass --trust-playbook (triage.run(..., trust_playbook=True))."))
+
+
 def _import_experiments(book: PlaybookFile, registry: Registry, where: _Where) -> None:
     # Like --entry: a team's modules live beside the playbook or in the folder triage runs from.
     for folder in (str(where.path.resolve().parent), str(Path.cwd())):
@@ -175,13 +208,20 @@ def _import_experiments(book: PlaybookFile, registry: Registry, where: _Where) -
     for module_name in book.imports:
         try:
             module = importlib.import_module(module_name)
+        except SystemExit as exc:  # sys.exit() at import time would end triage without a word
+            raise PlaybookError(where.say(None, f"imports: expected '{module_name}' to import, found it called "
+                                                f"sys.exit({exc.code!r}) while being imported. Move that call "
+                                                "under `if __name__ == \"__main__\":`.")) from None
         except Exception as exc:
             raise PlaybookError(where.say(None, f"imports: could not import '{module_name}' "
                                                 f"({type(exc).__name__}: {exc}). Make it importable.")) from None
         experiments = getattr(module, "EXPERIMENTS", None)
-        if experiments is None:
+        if not isinstance(experiments, (list, tuple)) or not all(isinstance(e, Experiment) for e in experiments):
+            found = "none" if experiments is None else f"a {type(experiments).__name__}" \
+                if not isinstance(experiments, (list, tuple)) else \
+                f"items of type {sorted({type(e).__name__ for e in experiments if not isinstance(e, Experiment)})}"
             raise PlaybookError(where.say(None, f"imports: expected '{module_name}' to define EXPERIMENTS "
-                                                "(a list of triage Experiment), found none."))
+                                                f"(a list of triage.Experiment), found {found}."))
         for experiment in experiments:
             try:
                 registry.register(experiment)
@@ -326,6 +366,18 @@ class _Refs:
                                                        "always run before this point; read only nodes on every "
                                                        "path from the entry."))
             self.field(ref, field, at, f"'{condition.text}'")
+        try:
+            check_types(condition, self.kinds)
+        except ConditionError as exc:
+            raise PlaybookError(self.where.say(at, str(exc))) from None
+
+    def kinds(self, ref: str, field: str) -> Kinds:
+        """What `ref.field` can hold: its declared type, or none (an experiment that failed measured nothing)."""
+        if ref == "setup":
+            return kinds_of(SetupFacts.model_fields[field].annotation)
+        if field in RUN_FIELDS:
+            return Kinds({STR if field == "status" else NUMBER})
+        return kinds_of(self.registry.get(self.experiments[ref]).outcome.model_fields[field].annotation) | {NONE}
 
     def field(self, ref: str, field: str, at: str, what: str) -> None:
         outcome = self.registry.get(self.experiments[ref]).outcome
@@ -351,17 +403,15 @@ class _Refs:
 def _check_references(graph: nx.DiGraph, entry: str, refs: _Refs) -> None:
     """Conditions, parameters, evidence and locations may only name experiments that ran before them."""
     dominators = nx.immediate_dominators(graph, entry)
-
-    def must_have_run(node_id: str) -> set[str]:
-        ran, current = set(), node_id
-        while current != entry:
-            current = dominators[current]
-            ran.add(current)
-        return refs.with_candidates(ran)
+    ran: dict[str, set[str]] = {entry: set()}  # node -> what runs on every path to it (with candidates)
+    for node_id in nx.topological_sort(graph):
+        if node_id != entry:
+            d = dominators[node_id]
+            ran[node_id] = ran[d] | refs.with_candidates({d})
 
     for node_id, data in graph.nodes(data=True):
         spec = data["spec"]
-        before = must_have_run(node_id)
+        before = ran[node_id]
         if isinstance(spec, BRANCHING):
             if isinstance(spec, RunNode):
                 refs.params(node_id, spec.run, spec.with_, before)

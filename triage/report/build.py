@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import platform
 import sys
 from typing import Any, Optional
 
+import pydantic
 import torch
 
 from triage.causes import ROOT_CAUSES
@@ -17,13 +19,16 @@ from triage.report.model import (CheckpointInfo, Environment, FindingRecord, Flo
                                  GraphEdge, GraphNode, Location, Report)
 from triage.session import Session
 
+log = logging.getLogger(__name__)
+
 
 def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
                  checkpoint_path: Optional[str]) -> Report:
     from triage import __version__
 
-    leaf: LeafNode = walk.leaf
+    leaf: LeafNode = walk.leaf if walk.leaf is not None else _unfinished(walk)
     return Report(
+        status=walk.status,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         root_cause=leaf.diagnosis,
         title=leaf.title or ROOT_CAUSES[leaf.diagnosis],
@@ -32,7 +37,7 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         proof=leaf.proof if leaf.proof in walk.runs else None,
         evidence=[n for n in leaf.evidence if n in walk.runs],
         location=_location(leaf, walk),
-        findings=_findings(playbook, walk),
+        findings=_findings(playbook, walk) + _session_findings(session),
         path=walk.path,
         decisions=walk.decisions,
         experiments=list(walk.runs.values()),
@@ -51,6 +56,20 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         command=command,
         seconds=round(walk.seconds, 2),
     )
+
+
+def _unfinished(walk: Walk) -> LeafNode:
+    """The stand-in verdict of a walk that reached no leaf: `interrupted` (Ctrl-C) or `incomplete` (the
+    journal's report.json while triage runs, left as it is if triage stops without finishing)."""
+    at, done = walk.path[-1] if walk.path else "?", len(walk.runs)
+    if walk.status == "interrupted":
+        return LeafNode(diagnosis="interrupted", title="Triage was interrupted before a verdict", confidence="low",
+                        fix=f"No verdict: triage was stopped at node '{at}', after {done} experiments (below, as "
+                            "measured). Re-run the command below for the verdict.", evidence=list(walk.runs))
+    return LeafNode(diagnosis="incomplete", title="Triage has not reached a verdict (yet)", confidence="low",
+                    fix=f"No verdict: this report was saved at node '{at}', after {done} experiments. If triage is "
+                        "no longer running, it stopped without finishing; re-run the command below.",
+                    evidence=list(walk.runs))
 
 
 def flowchart(playbook: Playbook) -> Flowchart:
@@ -73,18 +92,36 @@ def flowchart(playbook: Playbook) -> Flowchart:
 
 
 def _location(leaf: LeafNode, walk: Walk) -> Location:
+    """The leaf's location fields; one whose value does not fit its field is left out (and logged)."""
     values: dict[str, Any] = {}
     for key, reference in leaf.location.items():
-        value = parse_condition(reference).value(walk.lookup)
+        value = parse_condition(reference).value(walk.lookup, errors := [])
+        if errors:
+            log.warning("location %s: %s", key, "; ".join(errors))
         if value in (None, [], ""):
             continue
         if key == "parameters":
-            values[key] = [value] if isinstance(value, str) else [str(v) for v in value]
-        else:
-            values[key] = value
+            value = [value] if isinstance(value, str) else [str(v) for v in value] \
+                if isinstance(value, (list, tuple)) else [str(value)]
+        try:
+            Location(**{key: value})
+        except pydantic.ValidationError:
+            log.warning("location %s: %r does not fit the field; left out", key, value)
+            continue
+        values[key] = value
     return Location(**values)
 
 
+def _session_findings(session: Session) -> list[FindingRecord]:
+    """Findings about the inputs themselves, noticed while the experiments ran (not by a playbook node)."""
+    guard = session.data_guard
+    return [FindingRecord(id=fid, text=text) for fid, text in (guard.findings() if guard else [])]
+
+
 def _findings(playbook: Playbook, walk: Walk) -> list[FindingRecord]:
-    return [FindingRecord(id=f.id, text=f.text, evidence=[n for n in f.evidence if n in walk.runs])
-            for f, condition in playbook.findings if condition.evaluate(walk.lookup)]
+    errors: list[str] = []
+    found = [FindingRecord(id=f.id, text=f.text, evidence=[n for n in f.evidence if n in walk.runs])
+             for f, condition in playbook.findings if condition.evaluate(walk.lookup, errors)]
+    for error in errors:
+        log.warning("finding: %s", error)
+    return found

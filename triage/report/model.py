@@ -9,7 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from triage.records import Decision, ExperimentRun
 from triage.history import HistoryPoint
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
+
+ReportStatus = Literal["complete", "incomplete", "interrupted"]
 
 
 class _Frozen(BaseModel):
@@ -82,6 +84,11 @@ class CheckpointInfo(_Frozen):
 
 class Report(_Frozen):
     schema_version: str = SCHEMA_VERSION
+    status: ReportStatus = Field(
+        default="complete", description="complete: the walk reached a verdict. incomplete: triage is still "
+                                        "running, or stopped without finishing (report.json is rewritten "
+                                        "after every experiment). interrupted: stopped by Ctrl-C; the "
+                                        "experiments finished by then are all here, and no verdict.")
     created: str = Field(description="ISO time the triage finished.")
     root_cause: str = Field(description="A root-cause id (DESIGN §4) or a playbook's own.")
     title: str

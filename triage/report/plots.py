@@ -7,11 +7,14 @@ metadata, text kept as <text> (matplotlib escapes it) in the page's own font, de
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import io
+import logging
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
 import matplotlib
 
@@ -25,6 +28,8 @@ GOOD = "#059669"
 BAD = "#dc2626"
 ACCENT = "#d97706"
 PALETTE = ["#2563eb", "#059669", "#d97706", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#9333ea"]
+
+log = logging.getLogger(__name__)
 
 _MAX_POINTS = 600  # a line longer than this is reduced to a min/max envelope: spikes stay visible
 _STYLE = {
@@ -65,6 +70,25 @@ class Series:
     emphasis: bool = True
 
 
+_MAX_LABEL = 40  # a legend or axis label is shortened past this: a 200-character node id still fits
+_MAX_SERIES = 24  # lines on one axis; more are left out of the plot (the tables list them all)
+
+F = TypeVar("F", bound=Callable[..., Optional[str]])
+
+
+def _never_raises(plot: F) -> F:
+    """A plot that cannot be drawn is left out (None) and logged; it never takes the report down."""
+
+    @functools.wraps(plot)
+    def drawn(*args, **kwargs):
+        try:
+            return plot(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001  (a figure is a nicety; the report is not)
+            log.warning("plot %s left out: %s: %s", plot.__name__, type(exc).__name__, exc)
+            return None
+    return drawn  # type: ignore[return-value]
+
+
 def number(value: Any) -> float:
     """A float from a value as report.json carries it: NaN and inf arrive as strings."""
     if isinstance(value, bool) or value is None:
@@ -86,6 +110,7 @@ def numbers(values: Iterable[Any]) -> list[float]:
     return [number(v) for v in values or []]
 
 
+@_never_raises
 def loss_curves(series: Sequence[Series], title: str = "Training loss per step",
                 ylabel: str = "loss", wide: bool = False) -> Optional[str]:
     """Several loss curves on one axis; log scale when they span decades; the first non-finite
@@ -93,12 +118,14 @@ def loss_curves(series: Sequence[Series], title: str = "Training loss per step",
     return _lines(series, title, ylabel, log_ratio=30.0, size=(10.0, 3.0) if wide else (6.4, 2.7))
 
 
+@_never_raises
 def grad_norm_curves(series: Sequence[Series], title: str = "Gradient norm per step (before clipping)",
                      clip: Optional[float] = None) -> Optional[str]:
     return _lines(series, title, "global grad norm", log_ratio=20.0,
                   hline=(clip, f"clip {clip:g}") if clip else None)
 
 
+@_never_raises
 def lr_schedule(lrs: Sequence[Any], steps: Optional[Sequence[Any]] = None, checkpoint_step: Optional[int] = None,
                 title: str = "Learning rate schedule") -> Optional[str]:
     """The LR per step with the checkpoint's step marked."""
@@ -130,6 +157,7 @@ def lr_schedule(lrs: Sequence[Any], steps: Optional[Sequence[Any]] = None, check
         return _svg(fig, "lr")
 
 
+@_never_raises
 def layer_bars(items: Sequence[tuple[str, Any]], title: str, xlabel: str, *, log: bool = False,
                limit: Optional[tuple[float, float]] = None, highlight_above: Optional[float] = None,
                max_rows: int = 60) -> Optional[str]:
@@ -172,6 +200,7 @@ def layer_bars(items: Sequence[tuple[str, Any]], title: str, xlabel: str, *, log
         return _svg(fig, f"bars-{title}")
 
 
+@_never_raises
 def batch_bars(values: Sequence[Any], flagged: Iterable[int], title: str, ylabel: str) -> Optional[str]:
     """One bar per snapshot batch; the flagged ones red (non-finite ones as a red x at the top)."""
     ys = numbers(values)
@@ -199,6 +228,7 @@ def batch_bars(values: Sequence[Any], flagged: Iterable[int], title: str, ylabel
         return _svg(fig, f"batches-{title}")
 
 
+@_never_raises
 def lr_range(lrs: Sequence[Any], losses: Sequence[Any], current: Optional[float] = None,
              suggested: Optional[float] = None, diverged: Optional[float] = None) -> Optional[str]:
     """Loss against learning rate (log x) from an LR range test, the run's LR and the suggestion marked."""
@@ -225,9 +255,10 @@ def lr_range(lrs: Sequence[Any], losses: Sequence[Any], current: Optional[float]
 
 def _lines(series: Sequence[Series], title: str, ylabel: str, log_ratio: float,
            hline: Optional[tuple[float, str]] = None, size: tuple[float, float] = (6.4, 2.7)) -> Optional[str]:
-    drawn = [s for s in series if s.values]
+    drawn = [s for s in series if s.values][:_MAX_SERIES]
     if not drawn:
         return None
+    drawn = [dataclasses.replace(s, label=_shorten(s.label, _MAX_LABEL)) for s in drawn]
     with matplotlib.rc_context(_STYLE):
         fig = Figure(figsize=size)
         ax = fig.subplots()
@@ -267,8 +298,16 @@ def _lines(series: Sequence[Series], title: str, ylabel: str, log_ratio: float,
 
 
 def _margins(fig, left_pt: float, right_pt: float, bottom_pt: float = 30, top_pt: float = 18) -> None:
-    """Fixed margins in points (tight_layout would draw the figure a second time: twice the cost)."""
+    """Fixed margins in points (tight_layout would draw the figure a second time: twice the cost).
+    Margins wider than 60% of the figure are scaled down so the axes always keep 40% of it (long names
+    are shortened before they get here; this keeps any other size from inverting the axes)."""
     width, height = fig.get_figwidth() * 72, fig.get_figheight() * 72
+    if left_pt + right_pt > 0.6 * width:
+        scale = 0.6 * width / (left_pt + right_pt)
+        left_pt, right_pt = left_pt * scale, right_pt * scale
+    if bottom_pt + top_pt > 0.6 * height:
+        scale = 0.6 * height / (bottom_pt + top_pt)
+        bottom_pt, top_pt = bottom_pt * scale, top_pt * scale
     fig.subplots_adjust(left=left_pt / width, right=1 - right_pt / width, bottom=bottom_pt / height,
                         top=1 - top_pt / height)
 
@@ -310,6 +349,7 @@ def _value_at(xs: Sequence[float], ys: Sequence[float], x: float) -> Optional[fl
 
 
 def _shorten(text: str, width: int) -> str:
+    text = " ".join(str(text).split())  # no newlines or tabs inside a label
     return text if len(text) <= width else "…" + text[-(width - 1):]
 
 

@@ -8,19 +8,27 @@ Report gives the same bytes, so `triage report report.json` reproduces the page.
 
 from __future__ import annotations
 
+import html
 import json
+import logging
 import re
 from pathlib import Path
 
 import jinja2
 import pydantic
 
+from triage import atomic
 from triage.errors import ReportError
 from triage.report import flowchart
 from triage.report.model import SCHEMA_VERSION, Report
 from triage.report.views import build_views, describe_change, format_figure, summary_views
 
-__all__ = ["format_figure", "read_report", "render_html", "render_markdown", "write_report"]
+__all__ = ["format_figure", "neutralise_bidi", "read_report", "render_html", "render_markdown", "write_report"]
+
+log = logging.getLogger(__name__)
+
+MAX_REPORT_BYTES = 256 * 2**20  # `triage report` reads report.json whole: a report is a few MiB at most
+READABLE_VERSIONS = ("1.1", SCHEMA_VERSION)  # 1.2 added `status` and `Decision.errors`, both defaulted
 
 _TEMPLATES = Path(__file__).parent / "templates"
 
@@ -39,34 +47,95 @@ def _environment(autoescape: bool) -> jinja2.Environment:
 def render_html(report: Report) -> str:
     views = build_views(report)
     chart = flowchart.layout(report, views.anchors)
-    return _environment(autoescape=True).get_template("report.html.j2").render(r=report, v=views, chart=chart)
+    page = _environment(autoescape=True).get_template("report.html.j2").render(r=report, v=views, chart=chart)
+    return neutralise_bidi(page)
 
 
 def render_markdown(report: Report) -> str:
     views = summary_views(report)
-    return _environment(autoescape=False).get_template("summary.md.j2").render(r=report, v=views)
+    return neutralise_bidi(_environment(autoescape=False).get_template("summary.md.j2").render(r=report, v=views))
 
 
 def write_report(report: Report, out_dir: Path) -> dict[str, Path]:
+    """report.json first (it holds everything), then report.html and summary.md; each file is written
+    whole or not at all (triage/atomic.py). A page that cannot be rendered (a bug, never the user's
+    input) is replaced by a plain page that says so; report.json is complete either way."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"html": out_dir / "report.html", "json": out_dir / "report.json", "md": out_dir / "summary.md"}
-    paths["json"].write_text(report.model_dump_json(indent=2))
-    paths["html"].write_text(render_html(report))
-    paths["md"].write_text(render_markdown(report))
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_json(report, out_dir)
+        atomic.write_text(paths["html"], _rendered(render_html, report, _fallback_html))
+        atomic.write_text(paths["md"], _rendered(render_markdown, report, _fallback_markdown))
+    except OSError as exc:
+        written = [p.name for p in paths.values() if p.exists()]
+        raise ReportError(
+            f"Expected to write the report into '{out_dir}', found it cannot be written "
+            f"({exc.strerror or exc}). No file there is truncated"
+            + (f" ({', '.join(written)} as last written)" if written else "")
+            + ". Free some space or pass another --out; `triage report DIR/report.json` re-renders a "
+              "report.json that was written."
+        ) from None
     return paths
+
+
+def write_json(report: Report, out_dir: Path) -> Path:
+    """report.json alone, atomically: what the engine's journal writes after every experiment."""
+    return atomic.write_text(Path(out_dir) / "report.json", report.model_dump_json(indent=2))
+
+
+def _rendered(render, report: Report, fallback) -> str:
+    try:
+        return render(report)
+    except Exception as exc:  # noqa: BLE001  (the measurements are in report.json; the page must not be lost)
+        log.error("the report page could not be rendered (%s: %s); writing a plain page instead",
+                  type(exc).__name__, exc, exc_info=True)
+        return neutralise_bidi(fallback(report, exc))
+
+
+def _fallback_html(report: Report, exc: BaseException) -> str:
+    e = html.escape
+    rows = "".join(f"<tr><td>{e(run.node)}</td><td>{e(run.experiment)}</td><td>{e(run.status)}</td></tr>"
+                   for run in report.experiments)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>triage: {e(report.title)}</title></head>"
+            f"<body><h1>{e(report.title)} ({e(report.root_cause)}, {e(report.confidence)} confidence)</h1>"
+            f"<p>Fix: {e(report.fix)}</p><p>This page could not be drawn in full "
+            f"({e(type(exc).__name__)}: {e(str(exc))}); report.json beside it holds every figure. "
+            "Please report this as a bug.</p>"
+            f"<table><tr><th>node</th><th>experiment</th><th>status</th></tr>{rows}</table></body></html>\n")
+
+
+def _fallback_markdown(report: Report, exc: BaseException) -> str:
+    return (f"### triage: {markdown_text(report.title)} ({markdown_code(report.root_cause)})\n\n"
+            f"**Fix:** {markdown_text(report.fix)}\n\n(The full summary could not be rendered: "
+            f"{markdown_text(type(exc).__name__)}; report.json holds every figure.)\n")
+
+
+# Characters that reorder how text displays (Trojan Source, CVE-2021-42574): a name holding one could
+# make a report read differently from what it holds. Shown as visible codes instead.
+_BIDI = {c: f"\u27e8U+{c:04X}\u27e9" for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F),
+                                               *range(0x2066, 0x206A))}
+
+
+def neutralise_bidi(text: str) -> str:
+    """`text` with every bidirectional control character replaced by a visible ⟨U+XXXX⟩."""
+    return text.translate(_BIDI)
 
 
 def read_report(path: Path) -> Report:
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        size = path.stat().st_size
+        if size > MAX_REPORT_BYTES:
+            raise ValueError(f"{size} bytes, over the {MAX_REPORT_BYTES // 2**20} MiB a report can be")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        found = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise ReportError(f"Expected a report.json written by triage at '{path}', found it unreadable "
-                          f"({exc}). Pass the report.json from a triage output folder.") from None
+                          f"({found}). Pass the report.json from a triage output folder.") from None
     version = data.get("schema_version") if isinstance(data, dict) else None
-    if version != SCHEMA_VERSION:
-        raise ReportError(f"Expected report schema version {SCHEMA_VERSION}, found {version!r}. "
+    if version not in READABLE_VERSIONS:
+        raise ReportError(f"Expected report schema version {' or '.join(READABLE_VERSIONS)}, found {version!r}. "
                           "Re-run triage with this version, or render with the version that wrote it.")
     try:
         return Report.model_validate(data)
