@@ -10,6 +10,8 @@ from typing import Optional, Union
 
 import pydantic
 
+from triage.distributed.ranks import DEFAULT_RANK_TIMEOUT_S, joined
+from triage.distributed.session import open_on_every_rank
 from triage.engine import Listener, walk
 from triage.entry import SetupFactory, entry_name
 from triage.errors import TriageError
@@ -23,22 +25,32 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
         playbook: Optional[Path] = None, steps: Optional[int] = None, seed: int = 0,
         history: Optional[Path] = None, trust_checkpoint: bool = False,
         history_loss: Optional[str] = None, history_val: Optional[str] = None,
-        listener: Optional[Listener] = None, command: Optional[str] = None) -> tuple[Report, dict[str, Path]]:
+        listener: Optional[Listener] = None, command: Optional[str] = None,
+        rank_timeout: float = DEFAULT_RANK_TIMEOUT_S) -> tuple[Report, dict[str, Path]]:
     """Triage one run: load, walk the playbook, write the report. Returns it and the files written.
 
     `entry` is a spec like "mymod:setup" (as `--entry`) or the setup function itself (or a LightningModule
     class, or a function returning a LightningModule or a transformers.Trainer).
     `history_loss` / `history_val` name the loss columns or tags of `history` when they have other names.
+
+    Under torchrun (or inside a torch.distributed process group) every rank calls this: each opens its own
+    session and the walk runs in lockstep; rank 0 alone writes the report (the other ranks get no files).
+    `rank_timeout` bounds how long a rank may stay silent in a collective before the walk stops naming it.
     """
     book = with_steps(load_playbook(playbook), steps)  # validate the playbook before anything runs
-    session = open_session(entry, checkpoint, seed=seed, history_path=history, trust_checkpoint=trust_checkpoint,
-                           history_keys=(history_loss, history_val))
-    out = _writable_dir(Path(out) if out else default_out_dir())
-    result = walk(session, book, listener)
-    name = entry if isinstance(entry, str) else entry_name(entry)
-    report = build_report(result, session, book, command or _command(name, checkpoint, playbook, steps, seed),
-                          str(checkpoint) if checkpoint else None)
-    return report, write_report(report, out)
+    with joined(rank_timeout) as ranks:  # under torchrun: the process group, up before setup() runs
+        session = open_on_every_rank(ranks, lambda: open_session(
+            entry, checkpoint, seed=seed, history_path=history, trust_checkpoint=trust_checkpoint,
+            history_keys=(history_loss, history_val)))
+        out = Path(out) if out else default_out_dir()
+        if ranks.writes_report:
+            out = _writable_dir(out)
+        result = walk(session, book, listener)
+        name = entry if isinstance(entry, str) else entry_name(entry)
+        report = build_report(result, session, book, command or _command(name, checkpoint, playbook, steps, seed),
+                              str(checkpoint) if checkpoint else None)
+        writes = ranks.rank == min(set(range(ranks.world_size)) - set(result.silent_ranks))
+        return report, write_report(report, _writable_dir(out)) if writes else {}
 
 
 # the experiments whose `steps` is the replay's length

@@ -26,6 +26,9 @@ ROOT_CAUSES: dict[str, str] = {
     "clipping_too_aggressive": "Gradient clipping too aggressive",
     "overfitting": "Overfitting",
     "train_val_overlap": "Train and validation sets overlap",
+    "replicas_out_of_sync": "Replicas out of sync across ranks",
+    "identical_rank_data": "Every rank trains on the same data",
+    "epoch_order_repeated": "Every epoch repeats the same order",
     "healthy": "No fault reproduced",
     "unexplained": "Symptom reproduced, no tested cause explains it",
 }
