@@ -17,6 +17,7 @@ Nothing is written: DCP reads the folder, and a full state dict is read with wei
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -86,7 +87,9 @@ def read_dcp_step(layout: DcpLayout) -> Optional[int]:
     state: dict[str, Any] = {}
     _place(state, layout.step, 0)
     try:
-        dcp.load(state, checkpoint_id=str(layout.folder), no_dist=True)
+        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+            warnings.simplefilter("ignore")
+            dcp.load(state, checkpoint_id=str(layout.folder), no_dist=True)
     except Exception:  # a step of another kind (a tensor of another shape, ...): the step is optional
         return None
     step = _take(state, layout.step)
@@ -107,7 +110,9 @@ def load_dcp(model: torch.nn.Module, optimizer: torch.optim.Optimizer, layout: D
     if optim_sd is not None:
         _place(state, layout.optimizer, optim_sd)
     try:
-        dcp.load(state, checkpoint_id=str(layout.folder))
+        with warnings.catch_warnings():  # a single process loading a sharded save: that is the intent
+            warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process")
+            dcp.load(state, checkpoint_id=str(layout.folder))
         set_state_dict(model, optimizer, model_state_dict=_take(state, layout.model),
                        optim_state_dict=_take(state, layout.optimizer) if optim_sd is not None else {})
     except Exception as exc:

@@ -126,7 +126,7 @@ def _bisect_on_rank(ctx, setup, batch, precision, before, step, anomaly) -> Loca
     local = setup if sharded else setup.model_copy(update={"model": unwrap(setup.model)})
     backward_if = (lambda finite: ctx.ranks.any(finite)) if sharded else (lambda finite: finite)
     return _bisect_step(local, batch, precision, ctx.session.device, before, step, anomaly and not sharded,
-                        backward_if)
+                        backward_if, warn_unlocated=not ctx.ranks.distributed)
 
 
 def _origin(ctx, mine: LocateOutcome) -> LocateOutcome:
@@ -136,6 +136,9 @@ def _origin(ctx, mine: LocateOutcome) -> LocateOutcome:
         return mine
     every = ctx.ranks.gather(mine)
     located = [r for r, o in enumerate(every) if o.stage is not None]
+    if not located and ctx.ranks.rank == 0:
+        log.warning("step %d went non-finite but no rank's step did when repeated with hooks; nothing located",
+                    mine.step)
     origin = next((r for r in located if not every[r].loss_finite), located[0] if located else 0)
     return every[origin].model_copy(update={"rank": origin, "located_ranks": located})
 
@@ -159,7 +162,7 @@ class _PreStep:
 
 
 def _bisect_step(setup, batch, precision, device, before: _PreStep, step: int, anomaly: bool,
-                 backward_if=lambda loss_finite: loss_finite) -> LocateOutcome:
+                 backward_if=lambda loss_finite: loss_finite, warn_unlocated: bool = True) -> LocateOutcome:
     bad_params = [name for name, q in setup.model.named_parameters() if not all_finite(q)]
     probe = probe_step(setup, batch, precision, device, backward_if)
     before.restore(model=setup.model)
@@ -169,8 +172,9 @@ def _bisect_step(setup, batch, precision, device, before: _PreStep, step: int, a
         stage = "forward"
     elif backward_node is not None:
         stage = "backward"
-    else:  # a non-deterministic kernel, say: the instrumented pass of the same step stayed finite
-        log.warning("step %d went non-finite but did not when repeated with hooks; nothing located", step)
+    else:  # a non-deterministic kernel, say (or, distributed, another rank's step): it stayed finite here
+        if warn_unlocated:
+            log.warning("step %d went non-finite but did not when repeated with hooks; nothing located", step)
         stage = None
     backward_module = probe.module_of(backward_node.node) if backward_node else None
     op = anomaly_op = frame = None
