@@ -42,9 +42,13 @@ class Context:
     # early must be the same on every rank, or the next collective waits for a rank that has left.
     ranks: Ranks = field(default_factory=current_ranks)
 
+    def past_budget(self) -> bool:
+        """Past the budget on this rank: a loop that agrees it across ranks itself (with its own figures)."""
+        return time.perf_counter() - self.started > self.budget_s
+
     def out_of_time(self) -> bool:
         """Past the budget on any rank (agreed: every rank stops at the same step)."""
-        return self.ranks.any(time.perf_counter() - self.started > self.budget_s)
+        return self.ranks.any(self.past_budget())
 
     def restart(self) -> None:
         """Back to the snapshot (weights, optimizer, RNG, ...): for an experiment that runs several

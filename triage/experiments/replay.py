@@ -147,7 +147,7 @@ class _Trace:
     truncated: bool = False
 
     def record(self, rows: list[list[float]]) -> tuple[float, float]:
-        """One step's (loss, gradient norm) on every rank. The step's figures are their means (a DDP step
+        """One step's (loss, gradient norm, ...) on every rank. The step's figures are their means (a DDP step
         trains on the mean of the ranks' losses); a non-finite value on any rank makes them non-finite,
         so every rank sees the same step and stops at the same one. One process: its own figures."""
         loss = sum(r[0] for r in rows) / len(rows)
@@ -216,10 +216,11 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
                    weight_norm_start=param_vector_norm(model))
     if p.loop == "reference":
         model.train()  # the user's loop keeps whatever mode it sets: that may be the bug
+    over_budget = ctx.out_of_time()
     for step in range(max(p.steps, p.extend_to)):
         if step == p.steps and not keep_going(trace):
             break
-        if ctx.out_of_time():
+        if over_budget:
             trace.truncated = True
             break
         batch = batches[step % len(batches)]
@@ -233,8 +234,10 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
                                         lr_scale)
             if scheduler is not None:
                 scheduler.step()
-        rows = ctx.ranks.gather_floats((loss, norm))
+        # One collective a step: every rank's figures, and whether any rank is past the budget.
+        rows = ctx.ranks.gather_floats((loss, norm, float(ctx.past_budget())))
         loss, norm = trace.record(rows)
+        over_budget = any(row[2] for row in rows)
         if p.val_every and session.val_batches and (step + 1) % p.val_every == 0:
             trace.val_steps.append(step + 1)
             trace.val_losses.append(ctx.ranks.mean(_val_loss(setup, session.val_batches, precision, session.device)))
@@ -250,8 +253,8 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
 def _nonfinite_ranks(rows: list[list[float]], norms_count: bool) -> list[int]:
     """The ranks where a step went non-finite: those whose own loss did (the origin: under DDP every
     rank's gradient is non-finite once one rank's is), else those whose gradient norm did."""
-    by_loss = [r for r, (loss, _) in enumerate(rows) if not math.isfinite(loss)]
-    return by_loss or ([r for r, (_, norm) in enumerate(rows) if not math.isfinite(norm)] if norms_count else [])
+    by_loss = [r for r, row in enumerate(rows) if not math.isfinite(row[0])]
+    return by_loss or ([r for r, row in enumerate(rows) if not math.isfinite(row[1])] if norms_count else [])
 
 
 def _suggested_ratio(ctx: Context, node: Optional[str]) -> float:
