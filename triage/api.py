@@ -11,6 +11,8 @@ from typing import Any, Optional, Union
 
 import pydantic
 
+from triage.distributed.ranks import DEFAULT_RANK_TIMEOUT_S, joined
+from triage.distributed.session import open_on_every_rank
 from triage.engine import Listener, walk
 from triage.entry import SetupFactory, entry_name
 from triage.errors import Interrupted, TriageError
@@ -27,7 +29,8 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
         playbook: Optional[Path] = None, steps: Optional[int] = None, seed: int = 0,
         history: Optional[Path] = None, trust_checkpoint: bool = False, trust_playbook: bool = False,
         history_loss: Optional[str] = None, history_val: Optional[str] = None,
-        snapshot_dir: Optional[Path] = None, listener: Optional[Listener] = None, command: Optional[str] = None) -> tuple[Report, dict[str, Path]]:
+        snapshot_dir: Optional[Path] = None, listener: Optional[Listener] = None, command: Optional[str] = None,
+        rank_timeout: float = DEFAULT_RANK_TIMEOUT_S) -> tuple[Report, dict[str, Path]]:
     """Triage one run: load, walk the playbook, write the report. Returns it and the files written.
 
     `entry` is a spec like "mymod:setup" (as `--entry`) or the setup function itself (or a LightningModule
@@ -36,17 +39,27 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
     `trust_checkpoint` unpickles the checkpoint fully; `trust_playbook` lets the playbook's `imports:` run
     (both run code from those files: only for files you trust). `snapshot_dir` keeps the state snapshot in
     a memory-mapped file there instead of in memory.
+
+    Under torchrun (or inside a torch.distributed process group) every rank calls this: each opens its own
+    session and the walk runs in lockstep; rank 0 alone writes the report (the other ranks get no files).
+    `rank_timeout` bounds how long a rank may stay silent in a collective before the walk stops naming it.
     """
     book = with_steps(load_playbook(playbook, trust_imports=trust_playbook), steps)  # validate the playbook before anything runs
-    session = open_session(entry, checkpoint, seed=seed, history_path=history, trust_checkpoint=trust_checkpoint,
-                           history_keys=(history_loss, history_val), snapshot_dir=snapshot_dir)
-    out = _writable_dir(Path(out) if out else default_out_dir())
-    name = entry if isinstance(entry, str) else entry_name(entry)
-    command = command or _command(name, checkpoint, playbook, steps, seed)
-    where = str(checkpoint) if checkpoint else None
-    result = walk(session, book, listener, journal=Journal(session, book, command, where, out))
-    report = build_report(result, session, book, command, where)
-    files = write_report(report, out)
+    with joined(rank_timeout) as ranks:  # under torchrun: the process group, up before setup() runs
+        session = open_on_every_rank(ranks, lambda: open_session(
+            entry, checkpoint, seed=seed, history_path=history, trust_checkpoint=trust_checkpoint,
+            history_keys=(history_loss, history_val), snapshot_dir=snapshot_dir))
+        out = Path(out) if out else default_out_dir()
+        if ranks.writes_report:
+            out = _writable_dir(out)
+        name = entry if isinstance(entry, str) else entry_name(entry)
+        command = command or _command(name, checkpoint, playbook, steps, seed)
+        where = str(checkpoint) if checkpoint else None
+        journal = Journal(session, book, command, where, out) if ranks.writes_report else None
+        result = walk(session, book, listener, journal=journal)
+        report = build_report(result, session, book, command, where)
+        writes = ranks.rank == min(set(range(ranks.world_size)) - set(result.silent_ranks))
+        files = write_report(report, _writable_dir(out)) if writes else {}
     if result.status == "interrupted":
         raise Interrupted(report, files)
     return report, files

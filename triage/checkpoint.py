@@ -8,7 +8,9 @@ Layouts understood (DESIGN §1):
 - a Hugging Face Trainer checkpoint folder (`pytorch_model.bin` or `model.safetensors`,
   `optimizer.pt`, `scheduler.pt`, `trainer_state.json`);
 - a capture folder written by the flight recorder (`manifest.json` naming one of the above, and the
-  run's `history.csv`).
+  run's `history.csv`);
+- a torch.distributed.checkpoint folder (`.metadata`): loaded in place onto the model setup() built
+  (triage/distributed/checkpoint.py). A path with `{rank}` in it names one file per rank.
 
 Files are opened read-only with `torch.load(weights_only=True)` unless the user trusts them.
 """
@@ -27,6 +29,7 @@ from typing import Any, Optional
 
 import torch
 
+from triage.distributed.checkpoint import is_dcp_folder, read_dcp_layout, read_dcp_step
 from triage.errors import CheckpointError
 from triage.flight.manifest import HISTORY, is_capture, read_manifest
 from triage.history import HistoryPoint, history_from_log_entries, history_from_value, read_history_file
@@ -52,6 +55,7 @@ class Checkpoint:
     hyper_parameters: dict[str, Any] = field(default_factory=dict)  # a Lightning module's saved hparams
     datamodule_hyper_parameters: dict[str, Any] = field(default_factory=dict)
     capture_dir: Optional[Path] = None  # the capture folder this checkpoint came from, if any
+    folder: Optional[Path] = None  # a DCP folder: loaded in place, onto the model and optimizer setup() built
 
     def without_tensors(self) -> "Checkpoint":
         """The same checkpoint without its model and optimizer state: once they are loaded into the model
@@ -60,7 +64,7 @@ class Checkpoint:
 
 
 def read_checkpoint(path: Path, trusted: bool = False) -> Checkpoint:
-    path = Path(path)
+    path = rank_path(Path(path))
     if not path.exists():
         raise CheckpointError(
             f"Expected a checkpoint at '{path}', found no such file or folder. "
@@ -68,9 +72,21 @@ def read_checkpoint(path: Path, trusted: bool = False) -> Checkpoint:
         )
     if is_capture(path):
         return _read_capture(path, trusted)
+    if is_dcp_folder(path):
+        layout = read_dcp_layout(path)
+        return Checkpoint(layout="dcp", model_state={}, folder=path, step=read_dcp_step(layout))
     if path.is_dir():
         return _read_hf_folder(path, trusted)
     return _read_dict(_load(path, trusted), path)
+
+
+def rank_path(path: Path) -> Path:
+    """A path with `{rank}` in it (one checkpoint file per rank), for this process's rank."""
+    if "{rank}" not in str(path):
+        return path
+    from triage.distributed.ranks import current
+
+    return Path(str(path).replace("{rank}", str(current().rank)))
 
 
 def _load(path: Path, trusted: bool) -> Any:

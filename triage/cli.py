@@ -1,12 +1,14 @@
 """The command line: `triage run`, `triage demo`, `triage report`.
 
-Exit codes: 0 when triage finished (whatever the verdict), 2 for bad usage or bad input.
+Exit codes: 0 when triage finished (whatever the verdict), 2 for bad usage or bad input, 3 when a distributed
+walk stopped because a rank raised or stopped responding (rank 0 still wrote the report).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import sys
 from enum import Enum
@@ -17,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from triage.distributed.ranks import DEFAULT_RANK_TIMEOUT_S
 from triage.errors import Interrupted, TriageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -30,10 +33,12 @@ class Output(str, Enum):
     jsonl = "jsonl"
 
 
-def _listener(output: Output):
+def _listener(output: Output, silent: bool = False):
     from triage.engine import SilentListener
     from triage.progress import JsonLines, LiveView
 
+    if silent:  # ranks other than 0: rank 0 shows the walk
+        return SilentListener()
     return {Output.live: LiveView, Output.quiet: SilentListener, Output.jsonl: JsonLines}[output]()
 
 
@@ -65,17 +70,32 @@ def run(
     trust_playbook: bool = typer.Option(False, "--trust-playbook", help="Let the playbook's `imports:` run (Python modules: only code you trust)."),
     snapshot_dir: Optional[Path] = typer.Option(None, "--snapshot-dir", help="Keep the state snapshot in a memory-mapped file here instead of in memory (large checkpoints)."),
     output: Output = typer.Option(Output.live, "--output", help="live view, quiet, or jsonl events for CI logs."),
+    nproc_per_node: Optional[int] = typer.Option(
+        None, "--nproc-per-node", min=1, help="A distributed run: start torchrun with N ranks on this machine, "
+                                              "each running this command (as `torchrun --nproc-per-node N -m triage run ...`)."),
+    rank_timeout: float = typer.Option(
+        DEFAULT_RANK_TIMEOUT_S, "--rank-timeout", min=1,
+        help="Distributed runs: seconds a rank may stay silent in a collective before the walk stops naming it."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Triage a run from its checkpoint and setup function."""
+    """Triage a run from its checkpoint and setup function (under torchrun: every rank of a distributed run)."""
     from triage.api import run as run_triage
+    from triage.distributed.launch import EXIT_STOPPED, launch, launch_command
 
-    with _user_errors(debug):
+    if nproc_per_node:
+        raise typer.Exit(launch(nproc_per_node, sys.argv[1:]))
+    rank = int(os.environ.get("RANK", "0"))
+    with _user_errors(debug, rank if "RANK" in os.environ else None):
         report, files = run_triage(entry, checkpoint, out=out, playbook=playbook, steps=steps, seed=seed,
                                    history=history, trust_checkpoint=trust_checkpoint, trust_playbook=trust_playbook,
                                    history_loss=history_loss, history_val=history_val, snapshot_dir=snapshot_dir,
-                                   listener=_listener(output), command=shlex.join(["triage", *sys.argv[1:]]))
-    _finish(report, files, output)
+                                   listener=_listener(output) if rank == 0 else _listener(Output.quiet, silent=True),
+                                   command=launch_command(sys.argv[1:]), rank_timeout=rank_timeout)
+    if files:  # the rank that wrote the report (rank 0 of a distributed run)
+        _finish(report, files, output)
+    if report.stopped:
+        console.print(f"[bold red]triage:[/] the walk stopped: {escape(report.stopped)}", highlight=False)
+        raise typer.Exit(EXIT_STOPPED)
 
 
 @app.command()
@@ -138,11 +158,14 @@ def _shown(path: Path) -> Path:
 
 
 class _user_errors:
-    """Print a TriageError as its message and exit 2; tracebacks only with --debug."""
+    """Print a TriageError as its message and exit 2; tracebacks only with --debug. Under torchrun, every
+    line names the rank that printed it."""
 
-    def __init__(self, debug: bool) -> None:
+    def __init__(self, debug: bool, rank: Optional[int] = None) -> None:
         self.debug = debug
-        logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        self.prefix = f"[rank {rank}] " if rank is not None else ""
+        logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
+                            format=f"%(levelname)s {self.prefix}%(name)s: %(message)s")
 
     def __enter__(self):
         return self
@@ -150,7 +173,7 @@ class _user_errors:
     def __exit__(self, kind, exc, tb):
         if isinstance(exc, Interrupted):
             console.print(f"[bold yellow]triage:[/] interrupted after {len(exc.report.experiments)} experiments; "
-                          f"the report of what finished (status interrupted) is at {escape(str(exc.files['html']))}",
+                          f"the report of what finished (status interrupted) is at {escape(str(exc.files.get('html', 'the output folder of the rank that writes it')))}",
                           highlight=False)
             raise typer.Exit(code=130)
         if isinstance(exc, KeyboardInterrupt):
@@ -162,7 +185,7 @@ class _user_errors:
             return False
         if self.debug:
             console.print_exception()
-        console.print(f"[bold red]triage:[/] {escape(str(exc))}", highlight=False)
+        console.print(f"[bold red]triage:[/] {escape(self.prefix + str(exc))}", highlight=False)
         raise typer.Exit(code=2)
 
 

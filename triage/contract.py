@@ -33,6 +33,10 @@ class Setup(BaseModel):
         default=None, description="The run's own step(model, optimizer, batch) -> loss."
     )
     total_steps: Optional[int] = Field(default=None, gt=0, description="Planned length of the run.")
+    epoch_batches: Optional[Callable[[int], Any]] = Field(
+        default=None, description="The run's data for one epoch, as its loop gets it: epoch_batches(epoch) -> "
+                                  "the loader (e.g. `sampler.set_epoch(epoch); return loader`). Best called by "
+                                  "the loop itself; lets triage check that epochs change order.")
     device: str = Field(default="cpu", description='Where to run: "cpu", "cuda", "cuda:1", ...')
 
     @field_validator("device", mode="before")

@@ -11,11 +11,12 @@ import logging
 import math
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
 
 import torch
 
+from triage.distributed.settle import RankFailure, settle
 from triage.experiments import Context, Outcome
 from triage.playbook import Playbook
 from triage.records import CandidateResult, Confidence, Decision, ExperimentRun, SetupFacts
@@ -44,6 +45,16 @@ class SilentListener:
 
 
 CONFIDENCE_ORDER = ("low", "medium", "high")
+STOPPED = "stopped"  # the last node of a path whose walk stopped before reaching a leaf
+
+
+class StopWalk(Exception):
+    """Ends the walk before a leaf (the ranks of a distributed run could not go on together): carries
+    the leaf the report shows, and the experiment that could not finish."""
+
+    def __init__(self, leaf: LeafNode, run: ExperimentRun, reason: str, silent_ranks: list[int]) -> None:
+        super().__init__(reason)
+        self.leaf, self.run, self.reason, self.silent_ranks = leaf, run, reason, silent_ranks
 
 
 @dataclass
@@ -61,6 +72,8 @@ class Walk:
     setup_facts: SetupFacts
     seconds: float = 0.0
     status: str = "complete"
+    stopped: Optional[str] = None  # why the walk ended before a leaf (a rank raised or stopped responding)
+    silent_ranks: list[int] = field(default_factory=list)  # ranks that stopped responding
 
     def lookup(self, node: str, name: str) -> Any:
         return lookup(node, name, self.setup_facts, self.runs, self.outcomes)
@@ -121,13 +134,15 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
     path = [playbook.entry]
     node = playbook.entry
     started = time.perf_counter()
+    stop: Optional[StopWalk] = None
 
     def read(n: str, name: str) -> Any:
         return lookup(n, name, facts, runs, outcomes)
 
     def so_far(status: str, leaf: Optional[LeafNode] = None) -> Walk:
         return Walk(path=list(path), leaf=leaf, runs=dict(runs), outcomes=dict(outcomes), decisions=list(decisions),
-                    setup_facts=facts, seconds=time.perf_counter() - started, status=status)
+                    setup_facts=facts, seconds=time.perf_counter() - started, status=status,
+                    stopped=stop.reason if stop else None, silent_ranks=stop.silent_ranks if stop else [])
 
     def measure(run_id: str, title: Optional[str]) -> ExperimentRun:
         listener.started(run_id, playbook.experiments[run_id], title)
@@ -157,6 +172,11 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
     except KeyboardInterrupt:  # the experiment in flight is lost; every finished one is kept
         log.warning("interrupted at node %s: %d experiments finished", node, len(runs))
         return so_far("interrupted")
+    except StopWalk as stopped:  # a rank raised or stopped responding (triage/distributed/settle.py)
+        stop = stopped
+        runs[stop.run.node] = stop.run
+        spec = stop.leaf
+        path.append(STOPPED)
     finally:
         listener.close()
         session.restore()  # leave the user's objects as they were handed to us
@@ -184,14 +204,33 @@ def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: di
         log.warning("experiment %s at node %s raised:\n%s", name, node, error)
     finally:
         torch.autograd.set_detect_anomaly(anomaly_was_on)  # an experiment that raised may have left it on
-    seconds = time.perf_counter() - t0
+    try:  # distributed: every rank's outcome reduced to the one all ranks decide on (else unchanged)
+        settled = settle(ctx.ranks, node, outcome, status, error, time.perf_counter() - t0)
+    except RankFailure as failure:
+        failed = ExperimentRun(node=node, experiment=name, summary=experiment.summary,
+                               params=params.model_dump(mode="json"), status="error",
+                               error=failure.error or failure.summary, seconds=round(time.perf_counter() - t0, 3))
+        raise StopWalk(_stopped_leaf(failure), failed, failure.summary,
+                       failure.ranks if failure.silent else []) from None
+    outcome, status, error, seconds = settled.outcome, settled.status, settled.error, settled.seconds
     if status == "ok" and (seconds > budget_s or getattr(outcome, "truncated", False)):
         status = "timeout"
     run = ExperimentRun(node=node, experiment=name, summary=experiment.summary,
                         params=params.model_dump(mode="json"), status=status, error=error,
                         seconds=round(seconds, 3),
-                        outcome=_as_json(outcome) if outcome is not None else None)
+                        outcome=_as_json(outcome) if outcome is not None else None, per_rank=settled.per_rank)
     return run, outcome
+
+
+def _stopped_leaf(failure: RankFailure) -> LeafNode:
+    what = "stopped responding" if failure.silent else "raised"
+    return LeafNode(
+        diagnosis="inconclusive", title=f"The walk stopped: {failure.summary}", confidence="low",
+        fix=(f"Make every rank run the experiment: the rank that {what} is named above"
+             + (", with its traceback in the experiment's record. " if not failure.silent else
+                " (a deadlock, an endless loop, a collective only some ranks call). ")
+             + "The experiments before it are reported as measured; re-run triage once it is fixed."),
+        evidence=[failure.node])
 
 
 def _decide(playbook: Playbook, node: str, read) -> Decision:

@@ -57,6 +57,9 @@ def call_setup(factory: SetupFactory, spec: str) -> Setup:
         raise EntryError(f"Expected '{spec}' to return a triage.Setup, found it called sys.exit({exc.code!r}). "
                          "Remove the sys.exit() from setup() (or what it calls).") from None
     except Exception as exc:
+        launch = _launch_advice(exc)  # a setup() for torch.distributed, started the wrong way
+        if launch:
+            raise EntryError(launch) from exc
         raise EntryError(
             f"Expected '{spec}' to return a triage.Setup, but it raised {type(exc).__name__}: {exc}\n"
             f"{_user_frame(exc)}Fix setup() so it runs on its own (try calling it in Python)."
@@ -68,6 +71,13 @@ def call_setup(factory: SetupFactory, spec: str) -> Setup:
             "LightningModule class or a function returning one or a transformers.Trainer."
         )
     return result
+
+
+def _launch_advice(exc: BaseException) -> str | None:
+    from triage.distributed.launch import needs_process_group, started_twice
+    from triage.distributed.ranks import current
+
+    return needs_process_group(exc, current()) or started_twice(exc)
 
 
 def _import(module_part: str, spec: str):

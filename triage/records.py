@@ -24,6 +24,9 @@ class ExperimentRun(BaseModel):
     error: Optional[str] = Field(default=None, description="The traceback, when status is not ok.")
     seconds: float
     outcome: Optional[dict[str, Any]] = Field(default=None, description="The measured Outcome, as data.")
+    per_rank: dict[str, list[Any]] = Field(
+        default_factory=dict, description="Distributed runs: the figures that differed between ranks, one "
+                                          "value per rank (the outcome holds them reduced across ranks).")
 
 
 class CandidateResult(BaseModel):

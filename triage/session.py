@@ -15,6 +15,8 @@ from triage.batches import to_device
 from triage.checkpoint import Checkpoint, load_model_state, read_checkpoint
 from triage.contract import Setup
 from triage.data_guard import DataGuard
+from triage.distributed.checkpoint import load_distributed
+from triage.distributed.wrappers import unwrap
 from triage.entry import SetupFactory, call_setup, entry_name, load_entry
 from triage.errors import CheckpointError, SetupError
 from triage.history import HistoryPoint, read_history_file
@@ -169,8 +171,10 @@ def _move_to_device(setup: Setup) -> None:
 
 
 def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> None:
-    load_model_state(setup.model, checkpoint.model_state, path)
-    parts = [("optimizer", setup.optimizer, checkpoint.optimizer_state),
+    loaded = load_distributed(setup, checkpoint, path)  # a DCP folder, or into an FSDP2 model's shards
+    if "model" not in loaded:
+        load_model_state(unwrap(setup.model), checkpoint.model_state, path)  # a DDP model: its .module
+    parts = [("optimizer", setup.optimizer, None if "optimizer" in loaded else checkpoint.optimizer_state),
              ("scheduler", setup.scheduler, checkpoint.scheduler_state),
              ("scaler", setup.scaler, checkpoint.scaler_state)]
     for name, target, state in parts:
@@ -193,7 +197,7 @@ def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> None:
                 f"({type(target).__name__}), found a mismatch: {exc}. Build the same {name} "
                 "(type and parameter groups) the run saved."
             ) from exc
-    if checkpoint.optimizer_state is None:
+    if checkpoint.optimizer_state is None and "optimizer" not in loaded:
         log.warning("checkpoint %s has no optimizer state: replays start with fresh moments", path)
 
 

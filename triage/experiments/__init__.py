@@ -5,6 +5,7 @@ from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.batch_scan import BATCH_SCAN
 from triage.experiments.checkpoint_check import CHECKPOINT_CHECK
 from triage.experiments.data_check import DATA_CHECK
+from triage.experiments.epoch_order import EPOCH_ORDER
 from triage.experiments.gradient_flow import GRADIENT_FLOW
 from triage.experiments.history_check import HISTORY_CHECK
 from triage.experiments.init_check import INIT_LOSS
@@ -15,14 +16,16 @@ from triage.experiments.lr_range import LR_RANGE_TEST
 from triage.experiments.lr_trace import LR_TRACE
 from triage.experiments.outputs import OUTPUT_CHECK
 from triage.experiments.overlap import OVERLAP_CHECK
+from triage.experiments.rank_data import RANK_DATA
 from triage.experiments.registry import Registry
 from triage.experiments.replay import REPLAY
+from triage.experiments.replicas import REPLICA_SYNC
 from triage.experiments.search import INIT_SEARCH, LR_SEARCH
 from triage.records import ExperimentRun
 
 BUILTIN = (DATA_CHECK, CHECKPOINT_CHECK, LABEL_CHECK, OVERLAP_CHECK, HISTORY_CHECK, LOOP_DIFF, INIT_LOSS, REPLAY,
            BATCH_SCAN, LOCATE_NONFINITE, LR_RANGE_TEST, GRADIENT_FLOW, ACTIVATION_HEALTH, LR_TRACE,
-           OUTPUT_CHECK, LR_SEARCH, INIT_SEARCH)
+           OUTPUT_CHECK, LR_SEARCH, INIT_SEARCH, REPLICA_SYNC, RANK_DATA, EPOCH_ORDER)
 
 
 def default_registry() -> Registry:

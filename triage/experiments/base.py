@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict
 
+from triage.distributed.ranks import Ranks, current as current_ranks
 from triage.session import Session
 
 
@@ -37,9 +38,17 @@ class Context:
     outcomes: dict[str, "Outcome"] = field(default_factory=dict)  # earlier nodes' measurements
     progress: Callable[[int, int], None] = lambda done, total: None
     started: float = field(default_factory=time.perf_counter)
+    # The other ranks of a distributed run (a world of one otherwise): every decision that ends a loop
+    # early must be the same on every rank, or the next collective waits for a rank that has left.
+    ranks: Ranks = field(default_factory=current_ranks)
+
+    def past_budget(self) -> bool:
+        """Past the budget on this rank: a loop that agrees it across ranks itself (with its own figures)."""
+        return time.perf_counter() - self.started > self.budget_s
 
     def out_of_time(self) -> bool:
-        return time.perf_counter() - self.started > self.budget_s
+        """Past the budget on any rank (agreed: every rank stops at the same step)."""
+        return self.ranks.any(self.past_budget())
 
     def restart(self) -> None:
         """Back to the snapshot (weights, optimizer, RNG, ...): for an experiment that runs several

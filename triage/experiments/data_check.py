@@ -28,7 +28,8 @@ class DataCheckOutcome(Outcome):
     nonfinite_count: int = Field(description="Tensors holding a NaN or Inf, train and val.")
     train_nonfinite_count: int = Field(default=0, description="Of those, in the training batches.")
     nonfinite: list[NonFiniteTensor] = Field(default_factory=list)
-    first_bad_batch: int | None = Field(default=None, description="Index of the first bad train batch.")
+    first_bad_batch: int | None = Field(default=None, description="Index of the first bad train batch.",
+                                         json_schema_extra={"ranks": "min"})
 
 
 def measure(ctx: Context, p: DataCheckParams) -> DataCheckOutcome:

@@ -46,7 +46,8 @@ class GradientFlowOutcome(Outcome):
     not_in_optimizer: list[str] = Field(description="requires_grad=True but in no optimizer param group.")
     not_in_optimizer_count: int
     not_in_optimizer_fraction: float = Field(description="Of all parameter elements.")
-    loss_has_grad: bool = Field(description="The loss is attached to a graph (loss.requires_grad).")
+    loss_has_grad: bool = Field(description="The loss is attached to a graph (loss.requires_grad).",
+                                json_schema_extra={"ranks": "all"})
     early_late_ratio: Optional[float] = Field(
         default=None, description="Median grad norm of the first quarter of weight matrices (dim >= 2) "
                                   "over that of the last quarter.")

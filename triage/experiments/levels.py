@@ -43,10 +43,21 @@ class LossLevels(BaseModel):
 
 
 def loss_levels(session: Any) -> LossLevels:
-    """The session's levels, measured on first use."""
+    """The session's levels, measured on first use (in a distributed run, on every rank's shard, and
+    averaged: every rank must judge a fix against the same level)."""
     if "loss_levels" not in session.memo:
-        session.memo["loss_levels"] = _measure(session)
+        session.memo["loss_levels"] = _across_ranks(_measure(session))
     return session.memo["loss_levels"]
+
+
+def _across_ranks(levels: LossLevels) -> LossLevels:
+    from triage.distributed.ranks import current
+
+    every = current().gather(levels)
+    constants = [lv.constant for lv in every]
+    if len(every) == 1 or all(c == constants[0] for c in constants):
+        return levels
+    return levels.model_copy(update={"constant": None if None in constants else sum(constants) / len(constants)})
 
 
 class _Stop(Exception):

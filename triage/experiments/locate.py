@@ -32,6 +32,7 @@ import torch
 from pydantic import Field
 
 from triage.contract import Precision
+from triage.distributed.wrappers import is_sharded, unwrap
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.locate_probe import all_finite, anomaly_pass, probe_step
 from triage.experiments.training import forward_backward, grad_scaler, optimizer_step, trainable
@@ -72,6 +73,11 @@ class LocateOutcome(Outcome):
     nonfinite_parameters: list[str] = Field(
         default_factory=list, description="Parameters already non-finite before the failing step "
                                           "(an earlier optimizer update overflowed them).")
+    rank: Optional[int] = Field(
+        default=None, description="Distributed: the rank where the non-finite value starts (its own step "
+                                  "creates it; the module, op and source line are that rank's).")
+    located_ranks: list[int] = Field(default_factory=list, description="Distributed: every rank whose own step "
+                                                                       "created a non-finite value.")
 
 
 def measure(ctx: Context, p: LocateParams) -> LocateOutcome:
@@ -87,26 +93,54 @@ def measure(ctx: Context, p: LocateParams) -> LocateOutcome:
             return LocateOutcome(found=False, steps_run=step, truncated=True)
         batch = session.batches[step % len(session.batches)]
         before = _PreStep.take(model)
-        if not _train_step(setup, batch, precision, setup.grad_clip, scaler, session.device, params, p.lr_scale):
+        if not _train_step(ctx, setup, batch, precision, setup.grad_clip, scaler, session.device, params,
+                           p.lr_scale):
             before.restore(model)
-            return _bisect_step(setup, batch, precision, session.device, before, step, p.anomaly)
+            return _origin(ctx, _bisect_on_rank(ctx, setup, batch, precision, before, step, p.anomaly))
         if scheduler is not None:
             scheduler.step()
         ctx.progress(step + 1, p.steps)
     return LocateOutcome(found=False, steps_run=p.steps)
 
 
-def _train_step(setup, batch, precision, clip, scaler, device, params, lr_scale) -> bool:
+def _train_step(ctx, setup, batch, precision, clip, scaler, device, params, lr_scale) -> bool:
     """replay's reference step, stopped before the optimizer moves on a non-finite loss or gradient.
 
-    Returns whether the step was finite. Under a GradScaler an inf gradient is routine (the
-    scaler skips that step), so only the loss counts there.
+    Returns whether the step was finite (on every rank: all stop at the same step). Under a
+    GradScaler an inf gradient is routine (the scaler skips that step), so only the loss counts there.
     """
     loss, norm = forward_backward(setup, batch, precision, clip, scaler, device, params)
-    if not math.isfinite(loss) or (scaler is None and not math.isfinite(norm)):
+    if not ctx.ranks.all(math.isfinite(loss) and (scaler is not None or math.isfinite(norm))):
         return False
     optimizer_step(setup, scaler, lr_scale)
     return True
+
+
+def _bisect_on_rank(ctx, setup, batch, precision, before, step, anomaly) -> LocateOutcome:
+    """This rank's own failing step, bisected. Under DDP on the wrapped module alone: its gradients are
+    this rank's, not the all-reduced ones (which are non-finite on every rank once one rank's is), and
+    no collective runs, so each rank probes on its own. A sharded (FSDP2) model's passes are collective:
+    every rank probes in lockstep, without the anomaly pass (a backward that raises on one rank only
+    would leave the others waiting)."""
+    sharded = is_sharded(setup.model)
+    local = setup if sharded else setup.model_copy(update={"model": unwrap(setup.model)})
+    backward_if = (lambda finite: ctx.ranks.any(finite)) if sharded else (lambda finite: finite)
+    return _bisect_step(local, batch, precision, ctx.session.device, before, step, anomaly and not sharded,
+                        backward_if, warn_unlocated=not ctx.ranks.distributed)
+
+
+def _origin(ctx, mine: LocateOutcome) -> LocateOutcome:
+    """The rank where the non-finite value starts: of the ranks whose own step created one, the first
+    whose loss went non-finite (else the first located). One process: its own outcome."""
+    if not ctx.ranks.distributed:
+        return mine
+    every = ctx.ranks.gather(mine)
+    located = [r for r, o in enumerate(every) if o.stage is not None]
+    if not located and ctx.ranks.rank == 0:
+        log.warning("step %d went non-finite but no rank's step did when repeated with hooks; nothing located",
+                    mine.step)
+    origin = next((r for r in located if not every[r].loss_finite), located[0] if located else 0)
+    return every[origin].model_copy(update={"rank": origin, "located_ranks": located})
 
 
 @dataclass
@@ -127,9 +161,10 @@ class _PreStep:
         set_rng_state(self.rng)
 
 
-def _bisect_step(setup, batch, precision, device, before: _PreStep, step: int, anomaly: bool) -> LocateOutcome:
+def _bisect_step(setup, batch, precision, device, before: _PreStep, step: int, anomaly: bool,
+                 backward_if=lambda loss_finite: loss_finite, warn_unlocated: bool = True) -> LocateOutcome:
     bad_params = [name for name, q in setup.model.named_parameters() if not all_finite(q)]
-    probe = probe_step(setup, batch, precision, device)
+    probe = probe_step(setup, batch, precision, device, backward_if)
     before.restore(model=setup.model)
     forward = probe.forward_culprit()
     backward_node = probe.backward.first if probe.backward else None
@@ -137,8 +172,9 @@ def _bisect_step(setup, batch, precision, device, before: _PreStep, step: int, a
         stage = "forward"
     elif backward_node is not None:
         stage = "backward"
-    else:  # a non-deterministic kernel, say: the instrumented pass of the same step stayed finite
-        log.warning("step %d went non-finite but did not when repeated with hooks; nothing located", step)
+    else:  # a non-deterministic kernel, say (or, distributed, another rank's step): it stayed finite here
+        if warn_unlocated:
+            log.warning("step %d went non-finite but did not when repeated with hooks; nothing located", step)
         stage = None
     backward_module = probe.module_of(backward_node.node) if backward_node else None
     op = anomaly_op = frame = None

@@ -176,8 +176,11 @@ class _Probe:
         return None
 
 
-def probe_step(setup, batch, precision, device) -> _Probe:
-    """One forward (and, if its loss is finite, backward) of the failing step, instrumented."""
+def probe_step(setup, batch, precision, device, backward_if=lambda loss_finite: loss_finite) -> _Probe:
+    """One forward (and, if its loss is finite, backward) of the failing step, instrumented.
+
+    `backward_if` decides the backward from whether the loss is finite: a sharded (FSDP2) model must
+    run it on every rank once any rank does, as its backward is collective."""
     watch = _ForwardWatch(setup.model)
     recorder = _OpRecorder(watch)
     backward = None
@@ -186,7 +189,7 @@ def probe_step(setup, batch, precision, device) -> _Probe:
         with autocast(precision, device), recorder:
             loss = setup.loss_fn(setup.model, batch)
         loss_finite = math.isfinite(loss_value(loss))
-        if loss_finite and isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+        if backward_if(loss_finite) and isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
             backward = _BackwardWatch.on(loss)
             loss.backward()
     finally:

@@ -44,7 +44,8 @@ class LoopDiffOutcome(Outcome):
     left_in_eval: bool = Field(default=False, description="Some forward of the user's step ran in eval mode.")
     eval_forward_fraction: float = Field(default=0.0, description="Share of the user's forwards in eval mode.")
     eval_after_step: bool = Field(default=False, description="The model was in eval mode after a user step.")
-    optimizer_stepped: bool = Field(default=False, description="optimizer.step() ran during the user's steps.")
+    optimizer_stepped: bool = Field(default=False, description="optimizer.step() ran during the user's steps.",
+                                    json_schema_extra={"ranks": "all"})
     optimizer_steps: int = 0
     loss_detached: bool = Field(
         default=False, description="No trainable parameter received a gradient in any user step.")

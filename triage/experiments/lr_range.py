@@ -64,13 +64,14 @@ def measure(ctx: Context, p: LrRangeParams) -> LrRangeOutcome:
             group["lr"] = lr * scale
         batch = session.batches[i % len(session.batches)]
         loss, _ = reference_step(setup, batch, setup.precision, setup.grad_clip, scaler, device, params)
+        loss = ctx.ranks.mean(loss)  # every rank sweeps the same curve and stops at the same LR
         if lr_prev is not None and _record(lrs, raw, smooth, lr_prev, loss, p):
             diverged = lr_prev
             break
         lr_prev = lr
         ctx.progress(i + 1, p.steps)
     else:
-        loss = mean_loss(setup, [session.batches[len(factors) % len(session.batches)]], device)
+        loss = ctx.ranks.mean(mean_loss(setup, [session.batches[len(factors) % len(session.batches)]], device))
         if _record(lrs, raw, smooth, lr_prev, loss, p):
             diverged = lr_prev
     session.restore()  # the sweep wrecked the weights on purpose; hand them back as they were

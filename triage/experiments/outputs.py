@@ -35,9 +35,11 @@ class OutputCheckOutcome(Outcome):
     loss_floor_ratio: Optional[float] = Field(
         default=None, description="loss_checkpoint / probability_ce_floor: ~1 or above with probability "
                                   "outputs is a loss that cannot go lower.")
-    squashed: bool = Field(default=False, description="Every output lies in [0, 1] (sigmoid or softmax).")
+    squashed: bool = Field(default=False, description="Every output lies in [0, 1] (sigmoid or softmax).",
+                           json_schema_extra={"ranks": "all"})
     targets_discrete: bool = Field(default=False, description="The targets are class indices or 0/1 values "
-                                   "(what a loss on scores expects; pixel intensities are not).")
+                                   "(what a loss on scores expects; pixel intensities are not).",
+                                   json_schema_extra={"ranks": "all"})
     unsquashed_loss: Optional[float] = Field(
         default=None, description="The loss when the model's output is replaced by its squashing undone "
                                   "(log of probability rows, logit of [0, 1] values); None when the loss "

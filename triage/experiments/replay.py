@@ -94,8 +94,15 @@ class ReplayOutcome(VerifiedFix):
     val_steps: list[int] = Field(default_factory=list)
     val_losses: list[float] = Field(default_factory=list)
     skipped: list[int] = Field(default_factory=list, description="Batch indices left out.")
-    finite: bool = Field(description="Every loss and gradient norm stayed finite.")
+    finite: bool = Field(description="Every loss and gradient norm stayed finite (on every rank).",
+                         json_schema_extra={"ranks": "all"})
     first_nonfinite_step: Optional[int] = None
+    first_nonfinite_ranks: list[int] = Field(
+        default_factory=list, description="Distributed: the ranks whose loss (else gradient norm) was "
+                                          "non-finite at first_nonfinite_step.")
+    rank_loss_end: list[Optional[float]] = Field(
+        default_factory=list, description="Distributed: each rank's end-window loss on its own batches (the "
+                                          "replay's losses are the ranks' mean per step); empty in one process.")
     truncated: bool = Field(default=False, description="Stopped early by the time budget.")
     loss_start: Optional[float] = Field(default=None, description="Median loss of the first fifth of steps.")
     loss_end: Optional[float] = Field(default=None, description="Median loss of the last fifth of steps.")
@@ -131,11 +138,25 @@ class _Trace:
     weight_norm_start: float
     losses: list[float] = field(default_factory=list)
     norms: list[float] = field(default_factory=list)
+    rank_losses: list[list[float]] = field(default_factory=list)  # per step, each rank's own loss
     lrs: list[float] = field(default_factory=list)
     val_steps: list[int] = field(default_factory=list)
     val_losses: list[float] = field(default_factory=list)
     first_bad: Optional[int] = None
+    first_bad_ranks: list[int] = field(default_factory=list)
     truncated: bool = False
+
+    def record(self, rows: list[list[float]]) -> tuple[float, float]:
+        """One step's (loss, gradient norm, ...) on every rank. The step's figures are their means (a DDP step
+        trains on the mean of the ranks' losses); a non-finite value on any rank makes them non-finite,
+        so every rank sees the same step and stops at the same one. One process: its own figures."""
+        loss = sum(r[0] for r in rows) / len(rows)
+        norm = sum(r[1] for r in rows) / len(rows)
+        self.losses.append(loss)
+        self.norms.append(norm)
+        if len(rows) > 1:
+            self.rank_losses.append([r[0] for r in rows])
+        return loss, norm
 
 
 def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
@@ -194,10 +215,11 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
     trace = _Trace(start_weights=_start_weights(session, setup, p), weight_norm_start=param_vector_norm(model))
     if p.loop == "reference":
         model.train()  # the user's loop keeps whatever mode it sets: that may be the bug
+    over_budget = ctx.out_of_time()
     for step in range(max(p.steps, p.extend_to)):
         if step == p.steps and not keep_going(trace):
             break
-        if ctx.out_of_time():
+        if over_budget:
             trace.truncated = True
             break
         batch = batches[step % len(batches)]
@@ -211,15 +233,18 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
                                         lr_scale)
             if scheduler is not None:
                 scheduler.step()
-        trace.losses.append(loss)
-        trace.norms.append(norm)
+        # One collective a step: every rank's figures, and whether any rank is past the budget.
+        rows = ctx.ranks.gather_floats((loss, norm, float(ctx.past_budget())))
+        loss, norm = trace.record(rows)
+        over_budget = any(row[2] for row in rows)
         if p.val_every and session.val_batches and (step + 1) % p.val_every == 0:
             trace.val_steps.append(step + 1)
-            trace.val_losses.append(_val_loss(setup, session.val_batches, precision, session.device))
+            trace.val_losses.append(ctx.ranks.mean(_val_loss(setup, session.val_batches, precision, session.device)))
         ctx.progress(step + 1, max(p.steps, step + 1))
         # Under a GradScaler an inf gradient is routine (the step is skipped); elsewhere it is fatal.
         if not math.isfinite(loss) or (scaler is None and not math.isfinite(norm)):
             trace.first_bad = step
+            trace.first_bad_ranks = _nonfinite_ranks(rows, scaler is None) if len(rows) > 1 else []
             break
     return trace, clip, skip
 
@@ -233,6 +258,13 @@ def _start_weights(session, setup, p: ReplayParams) -> list[torch.Tensor]:
         if all(name in saved for name in names):
             return [saved[name] for name in names]
     return [q.detach().clone() for q in setup.model.parameters()]
+
+
+def _nonfinite_ranks(rows: list[list[float]], norms_count: bool) -> list[int]:
+    """The ranks where a step went non-finite: those whose own loss did (the origin: under DDP every
+    rank's gradient is non-finite once one rank's is), else those whose gradient norm did."""
+    by_loss = [r for r, row in enumerate(rows) if not math.isfinite(row[0])]
+    return by_loss or ([r for r, row in enumerate(rows) if not math.isfinite(row[1])] if norms_count else [])
 
 
 def _suggested_ratio(ctx: Context, node: Optional[str]) -> float:
@@ -278,8 +310,9 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         moved = torch.stack([(q.detach() - w.to(q.device)).float().norm()
                              for q, w in zip(model.parameters(), t.start_weights)])
     weight_norm_end = param_vector_norm(model)
-    weights_finite = math.isfinite(weight_norm_end) and t.weight_norm_start > 0
-    finite = t.first_bad is None and math.isfinite(weight_norm_end)
+    ended_finite = ctx.ranks.all(math.isfinite(weight_norm_end))  # on every rank, so all judge alike
+    weights_finite = ended_finite and t.weight_norm_start > 0
+    finite = t.first_bad is None and ended_finite
     levels = loss_levels(ctx.session)
     nothing = levels.nothing_learned
     return ReplayOutcome(
@@ -290,7 +323,8 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         steps_run=len(t.losses), losses=t.losses, grad_norms=t.norms, lrs=t.lrs,
         val_steps=t.val_steps, val_losses=t.val_losses, skipped=skipped,
         finite=finite,
-        first_nonfinite_step=t.first_bad, truncated=t.truncated,
+        first_nonfinite_step=t.first_bad, truncated=t.truncated, first_nonfinite_ranks=t.first_bad_ranks,
+        rank_loss_end=[start_end(list(column))[1] for column in zip(*t.rank_losses)],
         loss_start=start, loss_end=end,
         # A ratio means "how much lower" only for a positive loss; a negative one (an NLL on raw
         # scores, say) is read through loss_min instead.

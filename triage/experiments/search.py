@@ -20,7 +20,7 @@ LR_FACTORS = {"down": [1e-1, 1e-2, 1e-3, 1e-4, 1e-5], "up": [1e1, 1e2, 1e3, 1e4,
 
 class Trial(Outcome):
     setting: str = Field(description="What this trial changed: lr x0.01, init=kaiming, ...")
-    finite: bool
+    finite: bool = Field(json_schema_extra={"ranks": "all"})
     loss_end: Optional[float] = None
     improvement: Optional[float] = None
     fix_works: Optional[bool] = None

@@ -32,13 +32,15 @@ class VerifiedFix(Outcome):
         default=None, description="The reference's end-window loss (inf when it did not end finite).")
     improvement: Optional[float] = Field(
         default=None, description="loss_end / reference_end: lower is better; 0 when the reference blew up.")
-    better: Optional[bool] = Field(default=None, description="Ends at most margin x the reference's end.")
+    better: Optional[bool] = Field(default=None, description="Ends at most margin x the reference's end.",
+                                   json_schema_extra={"ranks": "all"})
     sane_level: Optional[float] = Field(default=None, description="The level it must end below.")
     sane_kind: Optional[Literal["constant", "chance", "start"]] = Field(
         default=None, description="constant: level_margin x the best constant prediction's loss (label "
                                   "frequencies, mean target); chance: level_margin x ln K; start: its own start.")
-    sane: Optional[bool] = Field(default=None, description="Ends below sane_level.")
-    fix_works: Optional[bool] = Field(default=None, description="Finite, better and sane: the fix is verified.")
+    sane: Optional[bool] = Field(default=None, description="Ends below sane_level.", json_schema_extra={"ranks": "all"})
+    fix_works: Optional[bool] = Field(default=None, description="Finite, better and sane: the fix is verified.",
+                                      json_schema_extra={"ranks": "all"})
 
 
 def verification(*, finite: bool, loss_start: Optional[float], loss_end: Optional[float],

@@ -12,6 +12,7 @@ import pydantic
 import torch
 
 from triage.causes import ROOT_CAUSES
+from triage.distributed.describe import distributed_info
 from triage.engine import Walk
 from triage.playbook import Playbook, parse_condition
 from triage.playbook.schema import DecisionNode, DifferentialNode, LeafNode
@@ -52,9 +53,11 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
             triage=__version__, torch=torch.__version__, python=sys.version.split()[0],
             platform=platform.platform(), device=str(session.device), precision=session.setup.precision,
             seed=session.seed, playbook=playbook.name, playbook_sha256=playbook.sha256,
+            distributed=distributed_info(session, command),
         ),
         command=command,
         seconds=round(walk.seconds, 2),
+        stopped=walk.stopped,
     )
 
 

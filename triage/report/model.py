@@ -26,6 +26,7 @@ class Location(_Frozen):
     source: Optional[str] = Field(default=None, description="file:line of the user's code.")
     batch: Optional[int] = Field(default=None, description="Index of the bad snapshot batch.")
     parameters: Optional[list[str]] = Field(default=None, description="Parameter names involved.")
+    rank: Optional[int] = Field(default=None, description="Distributed runs: the rank where it starts.")
 
 
 class FindingRecord(_Frozen):
@@ -64,6 +65,17 @@ class Flowchart(_Frozen):
     edges: list[GraphEdge]
 
 
+class DistributedInfo(_Frozen):
+    """How a distributed run was triaged: one triage process per rank, in lockstep."""
+
+    world_size: int
+    backend: str = Field(description="The process group's backend (gloo, nccl).")
+    wrapper: str = Field(description='What setup() returned: "ddp", "fsdp2" or "plain".')
+    launch: str = Field(description="The command that launched the ranks (torchrun ...).")
+    rank_timeout_s: float = Field(description="How long a rank may stay silent in a collective.")
+    batches_per_rank: int = Field(description="Snapshot batches each rank replayed (the same on every rank).")
+
+
 class Environment(_Frozen):
     triage: str
     torch: str
@@ -74,6 +86,7 @@ class Environment(_Frozen):
     seed: int
     playbook: str
     playbook_sha256: str
+    distributed: Optional[DistributedInfo] = Field(default=None, description="None: a single process.")
 
 
 class CheckpointInfo(_Frozen):
@@ -107,6 +120,8 @@ class Report(_Frozen):
     environment: Environment
     command: str = Field(description="The command that reproduces this triage.")
     seconds: float
+    stopped: Optional[str] = Field(default=None, description="Why the walk ended before a leaf (a rank raised "
+                                                             "or stopped responding); None when it reached one.")
 
     def experiment(self, node: str) -> Optional[ExperimentRun]:
         return next((e for e in self.experiments if e.node == node), None)

@@ -16,6 +16,7 @@ from triage.playbook.conditions import ConditionError, parse_condition
 from triage.records import Decision, ExperimentRun
 from triage.report import plots
 from triage.report.differential import DifferentialView, differential_views
+from triage.report.ranks import RankSection, rank_section
 from triage.report.model import Report
 
 _CONTEXT_LINE = re.compile(r"^([> ])\s*(\d+) \| ?(.*)$")
@@ -171,6 +172,7 @@ class Views:
     key_figures: list[tuple[str, str]]
     titles: dict[str, Optional[str]] = field(default_factory=dict)
     differentials: list[DifferentialView] = field(default_factory=list)
+    ranks: Optional[RankSection] = None  # a distributed run: where the ranks differed
 
 
 def build_views(report: Report) -> Views:
@@ -202,6 +204,7 @@ def build_views(report: Report) -> Views:
         history_plot=_history_plot(report),
         location=_location(report), source_context=_source_context(report),
         key_figures=key_figures(report), titles=titles, differentials=differential_views(report),
+        ranks=rank_section(report),
     )
 
 
@@ -377,7 +380,7 @@ def _history_plot(report: Report) -> Optional[str]:
 def _location(report: Report) -> list[tuple[str, Any]]:
     loc = report.location
     rows = [("Module", loc.module), ("Operation", loc.op), ("Source", loc.source), ("Batch", loc.batch),
-            ("Parameters", loc.parameters)]
+            ("Parameters", loc.parameters), ("Rank", loc.rank)]
     return [(k, v) for k, v in rows if v not in (None, "", [])]
 
 
