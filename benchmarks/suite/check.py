@@ -25,7 +25,8 @@ import triage
 from suite.config import RunConfig
 from suite.families import build_setup, constant_level
 from suite.loop import Knobs, Trace, batch_losses, load_checkpoint, train, val_loss
-from suite.symptoms import (DIVERGENCE, NO_LEARNING, NONE, OVERFITTING, VAL_LEAK, Reading, fixed_by, read)
+from suite.symptoms import (DIVERGENCE, HIGH_START, NO_LEARNING, NONE, OVERFITTING, VAL_LEAK, Reading, fixed_by,
+                             read)
 
 STEPS = 40            # what triage replays
 VAL_EVERY = 5         # validation during a continuation, for runs that have validation data
@@ -113,7 +114,7 @@ def _validate(case, path: Path) -> Validity:
         return Validity(ok=False, reason=f"the named fix does not remove the symptom ({_short(fix)})",
                         symptom=symptom, constant=constant, faulty=figures, fix=fix)
     competitors = []
-    for cause, label, run in _competitors(case, path, symptom):
+    for cause, label, run in _competitors(case, path):
         trace = run()
         if trace is None:
             continue
@@ -161,12 +162,13 @@ def _named_fix(case, path: Path) -> Trace:
     return _from_scratch(fault.fixed)
 
 
-def _competitors(case, path: Path, symptom: str) -> list[tuple[str, str, Callable[[], Optional[Trace]]]]:
-    """(cause, label, run) for each knob fix of the other causes of `symptom`; run() gives None where the
-    knob would change nothing in this run (no fp16, no outlying batch, no clipping, ...)."""
+def _competitors(case, path: Path) -> list[tuple[str, str, Callable[[], Optional[Trace]]]]:
+    """(cause, label, run) for each knob fix of the other causes of the fault's symptom classes; run()
+    gives None where the knob would change nothing in this run (no fp16, no outlying batch, no clipping)."""
     cfg = case.fault.faulty
-    if symptom == DIVERGENCE:
-        knobs = [
+    knobs = []
+    if DIVERGENCE in case.fault.symptoms or HIGH_START in case.fault.symptoms:
+        knobs += [
             ("lr_too_high", "lr x0.1", lambda: _continue(cfg, path, Knobs(lr_scale=0.1))),
             ("exploding_gradients", "clip 1.0", lambda: _continue(cfg, path, Knobs(clip=1.0))),
             ("fp16_overflow", "bf16", lambda: _continue(cfg, path, Knobs(precision="bf16"))
@@ -174,8 +176,8 @@ def _competitors(case, path: Path, symptom: str) -> list[tuple[str, str, Callabl
             ("bad_batch", "skip outlying batches", lambda: _skip_outliers(cfg, path)),
             ("bad_initialization", "default init", lambda: _from_scratch(cfg, default_init=True)),
         ]
-    elif symptom == NO_LEARNING:
-        knobs = [
+    if NO_LEARNING in case.fault.symptoms:
+        knobs += [
             ("lr_too_low", "lr x10", lambda: _continue(cfg, path, Knobs(lr_scale=10.0))),
             ("weight_decay_too_high", "no weight decay", lambda: _continue(cfg, path, Knobs(no_weight_decay=True))
              if cfg.weight_decay > 0.01 else None),
@@ -184,8 +186,7 @@ def _competitors(case, path: Path, symptom: str) -> list[tuple[str, str, Callabl
             ("lr_schedule_decayed", "LR held at its peak", lambda: _continue(cfg, path, Knobs(hold_peak_lr=cfg.lr))
              if cfg.schedule is not None else None),
         ]
-    else:  # overfitting: no other cause of this class has a knob fix
-        knobs = []
+    # overfitting and val_leak: no other cause of these classes has a knob fix
     return [k for k in knobs if k[0] != case.fault.cause]
 
 

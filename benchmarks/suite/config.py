@@ -17,15 +17,17 @@ class DataConfig:
     n_batches: int = 12
     batch_size: int = 32
     train_examples: Optional[int] = None      # a smaller training set (overfitting); None: n_batches x batch_size
-    input_scale: float = 1.0                   # inputs in raw units: every float input times this
+    input_scale: float = 1.0                   # inputs in raw units: every input times this (float inputs only)
     nonfinite_batches: tuple[int, ...] = ()    # batches that carry NaN/Inf values
     nonfinite_rows: int = 0                    # how many examples of each such batch
     nonfinite_value: str = "nan"               # "nan" | "inf"
+    nonfinite_part: int = 0                    # the batch item they are in: 0 inputs, 2 loss weights
     impute: bool = False                       # the fix: non-finite values replaced by 0 (the feature mean)
     blank_batches: tuple[int, ...] = ()        # batches with constant ("blank") examples
     blank_rows: int = 0
     bad_batch: Optional[int] = None            # one batch exported in other units
     bad_batch_scale: float = 1.0
+    bad_batch_part: int = 0                    # the item in other units: 0 inputs, 2 loss weights
     shuffled_labels: float = 0.0               # fraction of targets moved to another example
     label_noise: float = 0.0                   # fraction of targets replaced at random (noisy-but-fine)
     val_batches: int = 0                       # held-out batches (0: no validation data)
@@ -47,7 +49,6 @@ class ModelConfig:
     example_norm_eps: Optional[float] = None   # normalise each example by its own scale, with this eps
     embed_scale: float = 1.0                   # transformer_lm: multiplier on the token embeddings
     post_norm: bool = False                    # transformer_lm: post-norm blocks (original Transformer)
-    forward_gain: float = 1.0                  # a constant multiplier on every neck layer's output
     dropout: float = 0.0
 
 
@@ -75,6 +76,7 @@ class RunConfig:
     grad_clip: Optional[float] = None
     precision: str = "fp32"
     loss: str = "default"                      # "default" | "softmax_ce" | "probs_bce" | "broadcast_mse" | "sigmoid_mse"
+    loss_weight: float = 1.0                   # the loss is multiplied by this (a multi-task weight)
     train_step: Optional[str] = None           # a buggy loop: "zero_grad_after_backward" | "no_zero_grad" | "loss_from_item"
     freeze: Optional[str] = None               # "trunk" (requires_grad=False) | "all_but_head" (optimizer holds the head only)
     checkpoint_step: int = 10                  # steps trained before the checkpoint is written

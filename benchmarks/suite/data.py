@@ -2,9 +2,9 @@
 data faults applied to it (non-finite values, blank examples, a batch in other units, shuffled labels,
 label noise, validation copied from training).
 
-A batch is a tuple of tensors: (inputs, targets) or, for the language model, (tokens, next tokens,
-per-sequence loss weights). `FLOAT_PART` says which item of a family's batch is the float data that
-data faults touch.
+A batch is a tuple of tensors: (inputs, targets, per-example loss weights) for the classifiers and the
+language model (the weights are all 1: a data-mixing or class-balancing weight), (inputs, targets) for
+the regressor. Data faults name the item they touch: INPUTS or WEIGHTS.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import torch
 from suite.config import DataConfig
 
 Batch = tuple[torch.Tensor, ...]
+
+INPUTS, TARGETS, WEIGHTS = 0, 1, 2  # items of a batch
 
 PAD = 0            # transformer_lm: the padding token; the Markov "language" uses ids 1..VOCAB-1
 VOCAB = 16
@@ -44,21 +46,22 @@ def _shuffled(tensors: tuple[torch.Tensor, ...], seed: int) -> tuple[torch.Tenso
     return tuple(t[order] for t in tensors)
 
 
-def digits_vectors(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The 8x8 digits as standardised 64-vectors (N, 64) and labels (N,), in a seeded order."""
-    return _shuffled(_digits(), seed)
+def digits_vectors(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The 8x8 digits as standardised 64-vectors (N, 64), labels (N,) and weights (N,), in a seeded order."""
+    x, y = _shuffled(_digits(), seed)
+    return x, y, torch.ones(len(y))
 
 
-def digits_images(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    x, y = digits_vectors(seed)
-    return x.view(-1, 1, 8, 8), y
+def digits_images(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x, y, w = digits_vectors(seed)
+    return x.view(-1, 1, 8, 8), y, w
 
 
 @functools.lru_cache(maxsize=8)
-def sensor_traces(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def sensor_traces(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Three-channel sensor traces (N, TRACE_LEN, 3): a pulse of one of 4 shapes (square, ramp, sine
     burst, spikes) at a random time, seen by each channel with its own gain, plus noise. The label (N,)
-    is the shape."""
+    is the shape; weights (N,) are 1."""
     g = torch.Generator().manual_seed(1000 + seed)
     width = 6
     ramp = torch.linspace(0, 1, width)
@@ -69,7 +72,7 @@ def sensor_traces(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     starts = torch.randint(0, TRACE_LEN - width, (POOL,), generator=g)
     pulse = torch.zeros(POOL, TRACE_LEN)
     pulse.scatter_add_(1, starts[:, None] + torch.arange(width), shapes[y])
-    return x + pulse[..., None] * torch.tensor([1.0, -0.7, 0.4]), y
+    return x + pulse[..., None] * torch.tensor([1.0, -0.7, 0.4]), y, torch.ones(POOL)
 
 
 @functools.lru_cache(maxsize=8)
@@ -110,7 +113,7 @@ def batches_of(tensors: tuple[torch.Tensor, ...], start: int, count: int, size: 
     return [tuple(t[start + i * size: start + (i + 1) * size].clone() for t in tensors) for i in range(count)]
 
 
-def snapshot(tensors: tuple[torch.Tensor, ...], cfg: DataConfig, float_part: int, seed: int,
+def snapshot(tensors: tuple[torch.Tensor, ...], cfg: DataConfig, seed: int,
              classes: int) -> tuple[list[Batch], list[Batch]]:
     """Training and validation batches from one family's examples, with `cfg`'s data faults applied.
 
@@ -122,8 +125,8 @@ def snapshot(tensors: tuple[torch.Tensor, ...], cfg: DataConfig, float_part: int
     assert n_train <= VAL_START, "training rows would run into the validation rows"
     train = batches_of(tensors, 0, n_train // size, size)
     val = batches_of(tensors, VAL_START, cfg.val_batches, 32)
-    train = [_scaled(b, float_part, cfg.input_scale) for b in train]
-    val = [_scaled(b, float_part, cfg.input_scale) for b in val]
+    train = [_scaled(b, INPUTS, cfg.input_scale) for b in train]
+    val = [_scaled(b, INPUTS, cfg.input_scale) for b in val]
     if cfg.shuffled_labels:
         train = _shuffle_targets(train, cfg.shuffled_labels, seed)
     if cfg.label_noise:
@@ -133,9 +136,9 @@ def snapshot(tensors: tuple[torch.Tensor, ...], cfg: DataConfig, float_part: int
     for i in cfg.blank_batches:
         train[i] = _blanked(train[i], cfg.blank_rows)
     for i in cfg.nonfinite_batches:
-        train[i] = _nonfinite(train[i], float_part, cfg.nonfinite_rows, cfg.nonfinite_value, cfg.impute)
+        train[i] = _nonfinite(train[i], cfg.nonfinite_part, cfg.nonfinite_rows, cfg.nonfinite_value, cfg.impute)
     if cfg.bad_batch is not None:
-        train[cfg.bad_batch] = _scaled(train[cfg.bad_batch], float_part, cfg.bad_batch_scale)
+        train[cfg.bad_batch] = _scaled(train[cfg.bad_batch], cfg.bad_batch_part, cfg.bad_batch_scale)
     return train, val
 
 
@@ -190,7 +193,7 @@ def _blanked(batch: Batch, rows: int) -> Batch:
     defaults); for token batches, sequences that are padding from position SEQ_LEN // 2 on."""
     x = batch[0].clone()
     if x.is_floating_point():
-        x[:rows] = x[:rows].mean()  # one value for the whole example
+        x[:rows] = 0.0  # every feature at the same value (the mean, for standardised features)
         return _replace(batch, 0, x)
     x[:rows, SEQ_LEN // 2:] = PAD
     y = batch[1].clone()

@@ -21,24 +21,24 @@ class Family:
     name: str
     task: str                              # "classify" | "lm" | "regress"
     classes: int                           # classes, vocabulary size, or 1 for regression
-    float_part: int                        # which batch item holds the float data data-faults touch
+    normalises_inputs: bool                # a norm layer right after the first layer (BatchNorm, LayerNorm)
     good_lr: dict[str, float]              # a learning rate that trains well, per optimizer
     examples: Callable[[int], tuple[torch.Tensor, ...]]
     description: str
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in [
-    Family("mlp", "classify", 10, 0, {"sgd": 0.05, "adamw": 3e-3}, data.digits_vectors,
+    Family("mlp", "classify", 10, False, {"sgd": 0.05, "adamw": 3e-3}, data.digits_vectors,
            "ReLU MLP 64-64-64-10 on the 8x8 digits"),
-    Family("cnn_bn", "classify", 10, 0, {"sgd": 0.05, "adamw": 3e-3}, data.digits_images,
+    Family("cnn_bn", "classify", 10, True, {"sgd": 0.05, "adamw": 3e-3}, data.digits_images,
            "two conv+BatchNorm+ReLU layers, max-pool, MLP head, on the digits as 1x8x8 images"),
-    Family("resnet", "classify", 10, 0, {"sgd": 0.05, "adamw": 3e-3}, data.digits_vectors,
+    Family("resnet", "classify", 10, True, {"sgd": 0.05, "adamw": 3e-3}, data.digits_vectors,
            "residual MLP: stem, 3 pre-LayerNorm residual blocks, head, on the digits"),
-    Family("rnn", "classify", data.TRACE_CLASSES, 0, {"sgd": 0.1, "adamw": 5e-3}, data.sensor_traces,
+    Family("rnn", "classify", data.TRACE_CLASSES, True, {"sgd": 0.1, "adamw": 5e-3}, data.sensor_traces,
            "LSTM over 20-step sensor traces (pulse shape classification)"),
-    Family("transformer_lm", "lm", data.VOCAB, 2, {"sgd": 0.2, "adamw": 5e-3}, data.markov_text,
+    Family("transformer_lm", "lm", data.VOCAB, True, {"sgd": 0.2, "adamw": 5e-3}, data.markov_text,
            "2-block causal transformer LM on a Markov language of 16 tokens"),
-    Family("tabular_regressor", "regress", 1, 0, {"sgd": 0.02, "adamw": 3e-3}, data.friedman_table,
+    Family("tabular_regressor", "regress", 1, False, {"sgd": 0.02, "adamw": 3e-3}, data.friedman_table,
            "ReLU MLP regressor (MSE) on Friedman #1 made in code"),
 ]}
 
@@ -49,38 +49,31 @@ FAMILY_NAMES = tuple(FAMILIES)
 
 def _classify_loss(kind: str) -> Callable:
     def loss_fn(model, batch):
-        x, y = batch[0], batch[1]
-        out = model(x)
-        return _class_loss(kind, out, y)
+        x, y, weights = batch
+        per_example = _class_loss(kind, model(x), y)
+        return (per_example * weights).mean()  # per-example weights (class balancing), mean 1
     return loss_fn
 
 
 def _class_loss(kind: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-example loss of (..., K) outputs against (...) class ids."""
     if kind == "default":
-        return F.cross_entropy(out, y)
+        return F.cross_entropy(out.transpose(1, -1), y, reduction="none") if out.dim() > 2 else \
+            F.cross_entropy(out, y, reduction="none")
     if kind == "softmax_ce":  # the bug: probabilities into a loss that applies log_softmax again
-        return F.cross_entropy(out.softmax(-1), y)
+        return _class_loss("default", out.softmax(-1), y)
     if kind == "probs_bce":   # the bug: a multi-label loss on a multi-class model's probabilities
-        return F.binary_cross_entropy_with_logits(out.softmax(-1), F.one_hot(y, out.shape[-1]).float())
+        return F.binary_cross_entropy_with_logits(out.softmax(-1), F.one_hot(y, out.shape[-1]).float(),
+                                                  reduction="none").mean(-1)
     raise ValueError(f"unknown classification loss {kind!r}")
 
 
 def _lm_loss(kind: str) -> Callable:
     def loss_fn(model, batch):
         tokens, targets, weights = batch
-        logits = model(tokens)  # (B, T, V)
-        b, t, v = logits.shape
-        if kind == "default":
-            per_token = F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1), reduction="none")
-        elif kind == "softmax_ce":
-            per_token = F.cross_entropy(logits.softmax(-1).reshape(-1, v), targets.reshape(-1), reduction="none")
-        elif kind == "probs_bce":
-            per_token = F.binary_cross_entropy_with_logits(
-                logits.softmax(-1), F.one_hot(targets, v).float(), reduction="none").mean(-1)
-        else:
-            raise ValueError(f"unknown language-model loss {kind!r}")
+        per_token = _class_loss(kind, model(tokens), targets)  # logits (B, T, V) -> (B, T)
         # Per-sequence weights (data-mixing weights, mean 1) times each sequence's mean token loss.
-        return (per_token.view(b, t).mean(1) * weights).mean()
+        return (per_token.mean(1) * weights).mean()
     return loss_fn
 
 
@@ -98,8 +91,14 @@ def _regress_loss(kind: str) -> Callable:
     return loss_fn
 
 
-def loss_fn_for(family: Family, kind: str) -> Callable:
-    return {"classify": _classify_loss, "lm": _lm_loss, "regress": _regress_loss}[family.task](kind)
+def loss_fn_for(family: Family, kind: str, weight: float = 1.0) -> Callable:
+    loss_fn = {"classify": _classify_loss, "lm": _lm_loss, "regress": _regress_loss}[family.task](kind)
+    if weight == 1.0:
+        return loss_fn
+
+    def weighted(model, batch):
+        return weight * loss_fn(model, batch)
+    return weighted
 
 
 # --- the run's own train_step (loop bugs) --------------------------------------------------------
@@ -163,7 +162,7 @@ def make_scheduler(schedule: Optional[Schedule], optimizer: torch.optim.Optimize
 
 def build_data(cfg: RunConfig):
     family = FAMILIES[cfg.family]
-    return data.snapshot(family.examples(cfg.seed), cfg.data, family.float_part, cfg.seed, family.classes)
+    return data.snapshot(family.examples(cfg.seed), cfg.data, cfg.seed, family.classes)
 
 
 def build_setup(cfg: RunConfig, default_init: bool = False) -> triage.Setup:
@@ -184,7 +183,7 @@ def build_setup(cfg: RunConfig, default_init: bool = False) -> triage.Setup:
     params = model.head.parameters() if cfg.freeze == "all_but_head" else model.parameters()
     optimizer = make_optimizer(cfg, params)
     train, val = build_data(cfg)
-    loss_fn = loss_fn_for(family, cfg.loss)
+    loss_fn = loss_fn_for(family, cfg.loss, cfg.loss_weight)
     return triage.Setup(
         model=model, optimizer=optimizer, loss_fn=loss_fn, batches=train, val_batches=val or None,
         scheduler=make_scheduler(cfg.schedule, optimizer), precision=cfg.precision, grad_clip=cfg.grad_clip,
@@ -193,14 +192,15 @@ def build_setup(cfg: RunConfig, default_init: bool = False) -> triage.Setup:
 
 def constant_level(cfg: RunConfig) -> float:
     """The loss of the best constant prediction on the clean training targets: the entropy of the
-    label (token) frequencies for a classifier or LM, the target variance for a regressor."""
+    label (token) frequencies for a classifier or LM, the target variance for a regressor (times the
+    run's loss weight)."""
     family = FAMILIES[cfg.family]
     clean = data.snapshot(family.examples(cfg.seed), type(cfg.data)(n_batches=cfg.data.n_batches,
                           batch_size=cfg.data.batch_size, train_examples=cfg.data.train_examples),
-                          family.float_part, cfg.seed, family.classes)[0]
+                          cfg.seed, family.classes)[0]
     y = torch.cat([b[1].reshape(-1) for b in clean])
     if family.task == "regress":
-        return float(y.var(unbiased=False))
+        return cfg.loss_weight * float(y.var(unbiased=False))
     p = torch.bincount(y, minlength=family.classes).float() / len(y)
     p = p[p > 0]
-    return float(-(p * p.log()).sum())
+    return cfg.loss_weight * float(-(p * p.log()).sum())

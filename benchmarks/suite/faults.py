@@ -23,7 +23,8 @@ from typing import Callable
 from suite.config import DataConfig, RunConfig, Schedule
 from suite.families import FAMILIES
 from suite.loop import Knobs
-from suite.symptoms import DIVERGENCE, NO_LEARNING, NONE, OVERFITTING, VAL_LEAK
+from suite.data import INPUTS, WEIGHTS
+from suite.symptoms import DIVERGENCE, HIGH_START, NO_LEARNING, NONE, OVERFITTING, VAL_LEAK
 
 CAUSES = (
     "nonfinite_data", "lr_too_high", "exploding_gradients", "fp16_overflow", "numerical_instability",
@@ -76,38 +77,43 @@ def nonfinite_data(base: RunConfig, severity: str) -> Fault:
     """NaN (mild: 2 rows of one batch) or Inf (severe: 8 rows of three batches) where the pipeline wrote
     missing values; for the language model, in the per-sequence loss weights."""
     batches = _pick(severity, (3,), (1, 4, 7))
+    lm = FAMILIES[base.family].task == "lm"
     faulty = _data(replace(base, checkpoint_step=batches[0]), nonfinite_batches=batches,
-                   nonfinite_rows=_pick(severity, 2, 8), nonfinite_value=_pick(severity, "nan", "inf"))
-    where = "loss weights" if FAMILIES[base.family].task == "lm" else "inputs"
+                   nonfinite_rows=_pick(severity, 2, 8), nonfinite_value=_pick(severity, "nan", "inf"),
+                   nonfinite_part=WEIGHTS if lm else INPUTS)
+    where = "loss weights" if lm else "inputs"
     return Fault("nonfinite_data", faulty, _data(faulty, impute=True), (DIVERGENCE,), "checkpoint",
                  f"missing values exported as {faulty.data.nonfinite_value} into the {where} of batches "
                  f"{list(batches)}; fix: impute them")
 
 
 def lr_too_high(base: RunConfig, severity: str) -> Fault:
-    """The learning rate 30x (mild) or 300x (severe) the one that trains."""
-    factor = _pick(severity, 30.0, 300.0)
+    """The learning rate 30x (mild) or 300x (severe) the one that trains for SGD; 100x or 1000x for AdamW,
+    whose normalised steps shrug off 30x on these nets. The loss blows up, or spikes and then sits at the
+    constant-predictor level (oscillation)."""
+    factor = _pick(severity, 30.0, 300.0) if base.optimizer == "sgd" else _pick(severity, 100.0, 1000.0)
     faulty = replace(base, lr=base.lr * factor, checkpoint_step=0)
-    return Fault("lr_too_high", faulty, replace(faulty, lr=base.lr), (DIVERGENCE,), "knobs",
+    return Fault("lr_too_high", faulty, replace(faulty, lr=base.lr), (DIVERGENCE, NO_LEARNING), "knobs",
                  f"lr {faulty.lr:g}, {factor:g}x the one that trains; fix: lr {base.lr:g}",
                  Knobs(lr_scale=1 / factor))
 
 
 def exploding_gradients(base: RunConfig, severity: str) -> Fault:
-    """A 4-layer neck whose layers each multiply their output by a gain hyper-parameter (3 or 6; meant as
-    an output temperature): activations and gradients grow as gain^depth. Fix: clip the gradient at 1.0."""
-    gain = _pick(severity, 3.0, 6.0)
-    faulty = _model(replace(base, checkpoint_step=0), neck_depth=4, forward_gain=gain)
+    """The loss multiplied by a weight of 300 (mild) or 3000 (severe): a multi-task weight in the wrong
+    units, as a sum over the batch instead of a mean would be. Every gradient is that much larger, so
+    lr x0.1 is still far too much while clipping at 1.0 bounds each step. AdamW normalises the gradient
+    scale away, so under AdamW the fault is expected not to reproduce (the check excludes it)."""
+    weight = _pick(severity, 300.0, 3000.0)
+    faulty = replace(base, checkpoint_step=0, loss_weight=weight)
     return Fault("exploding_gradients", faulty, replace(faulty, grad_clip=1.0), (DIVERGENCE,), "knobs",
-                 f"4 neck layers each scaled by a gain of {gain:g}; fix: clip the global grad norm at 1.0",
-                 Knobs(clip=1.0))
+                 f"loss weight {weight:g}; fix: clip the global grad norm at 1.0", Knobs(clip=1.0))
 
 
 def fp16_overflow(base: RunConfig, severity: str) -> Fault:
-    """Raw-unit inputs (x2e4 mild, x1e6 severe) normalised right after the first layer, so fp32 and bf16
+    """Raw-unit inputs (x1e5 mild: some rows overflow; x1e7 severe: all do) normalised right after the first layer, so fp32 and bf16
     train, under fp16 autocast: the first layer's fp16 output passes 65504. The language model's variant:
     post-norm blocks under a token-embedding multiplier, so the attention scores overflow."""
-    scale = _pick(severity, 2e4, 1e6)
+    scale = _pick(severity, 1e5, 1e7)
     faulty = replace(base, precision="fp16", checkpoint_step=0)
     if FAMILIES[base.family].task == "lm":
         faulty = _model(faulty, embed_scale=_pick(severity, 300.0, 3000.0), post_norm=True)
@@ -131,19 +137,26 @@ def numerical_instability(base: RunConfig, severity: str) -> Fault:
 
 def bad_initialization(base: RunConfig, severity: str) -> Fault:
     """Every weight matrix N(0, 1) (mild) or N(0, 9) (severe) whatever its fan-in ("unit variance"):
-    activations and logits blow up with depth. Fix: PyTorch's default init."""
+    activations and logits blow up with depth, the loss starts far above the constant-predictor level
+    and does not come below it. Fix: PyTorch's default init."""
     std = _pick(severity, 1.0, 3.0)
     faulty = _model(replace(base, checkpoint_step=2), init_std=std)
-    return Fault("bad_initialization", faulty, _model(faulty, init_std=None), (DIVERGENCE,), "scratch",
+    return Fault("bad_initialization", faulty, _model(faulty, init_std=None), (HIGH_START,), "scratch",
                  f"weights initialised N(0, {std:g}^2) regardless of fan-in; fix: default init")
 
 
 def bad_batch(base: RunConfig, severity: str) -> Fault:
-    """One shard (batch 5) exported in other units: inputs (loss weights, for the LM) x30 or x1000."""
-    scale = _pick(severity, 30.0, 1000.0)
-    faulty = _data(replace(base, checkpoint_step=5), bad_batch=5, bad_batch_scale=scale)
-    return Fault("bad_batch", faulty, _data(faulty, bad_batch_scale=1.0), (DIVERGENCE,), "knobs",
-                 f"batch 5 in other units (x{scale:g}); fix: skip (or re-export) it", Knobs(skip=(5,)))
+    """One shard (batch 5) exported in other units, x100 (mild) or x1e5 (severe): its inputs where the
+    first layer takes them raw (mlp, regressor); where a norm layer right after the first layer would
+    absorb any input scale, its per-example loss weights (a class-balancing or data-mixing weight
+    computed from counts in the wrong units). SGD is thrown off and diverges; AdamW's steps stay bounded
+    but its second-moment estimate is inflated, and the run stalls."""
+    scale = _pick(severity, 100.0, 1e5)
+    part = WEIGHTS if FAMILIES[base.family].normalises_inputs else INPUTS
+    faulty = _data(replace(base, checkpoint_step=5), bad_batch=5, bad_batch_scale=scale, bad_batch_part=part)
+    return Fault("bad_batch", faulty, _data(faulty, bad_batch_scale=1.0), (DIVERGENCE, NO_LEARNING), "knobs",
+                 f"batch 5's {'loss weights' if part == WEIGHTS else 'inputs'} in other units (x{scale:g}); "
+                 "fix: skip (or re-export) it", Knobs(skip=(5,)))
 
 
 # --- no learning ------------------------------------------------------------------------------------

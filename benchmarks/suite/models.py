@@ -31,19 +31,8 @@ class ExampleNorm(nn.Module):
         return centred / torch.sqrt(centred.pow(2).mean(self.dims, keepdim=True) + self.eps)
 
 
-class Scale(nn.Module):
-    """A constant multiplier in the forward pass (a hyper-parameter, not a weight)."""
-
-    def __init__(self, factor: float):
-        super().__init__()
-        self.factor = factor
-
-    def forward(self, x):
-        return x * self.factor
-
-
 class Neck(nn.Sequential):
-    """`depth` x (Linear -> activation [-> gain] [-> dropout]): the layers between trunk and head."""
+    """`depth` x (Linear -> activation [-> dropout]): the layers between trunk and head."""
 
     def __init__(self, inputs: int, width: int, cfg: ModelConfig):
         layers: list[nn.Module] = []
@@ -52,8 +41,6 @@ class Neck(nn.Sequential):
             if cfg.neck_bias is not None:
                 nn.init.constant_(linear.bias, cfg.neck_bias)
             layers += [linear, ACTIVATIONS[cfg.neck_activation]()]
-            if cfg.forward_gain != 1.0:
-                layers.append(Scale(cfg.forward_gain))
             if cfg.dropout:
                 layers.append(nn.Dropout(cfg.dropout))
         super().__init__(*layers)

@@ -18,6 +18,7 @@ from suite.loop import Trace
 DIVERGENCE = "divergence"
 NO_LEARNING = "no_learning"
 OVERFITTING = "overfitting"
+HIGH_START = "high_start"      # starts far above the constant-predictor level and never gets below it
 VAL_LEAK = "val_leak"          # validation suspiciously good (measured by the check, not from one trace)
 NONE = "none"
 
@@ -26,6 +27,7 @@ FLAT = 0.9             # end window over start window: not learning
 SPIKE = 3.0            # a loss this many times the first one is a spike...
 AT_CONSTANT = 0.95     # ...and an end window at this fraction of the constant-predictor level is "learned nothing"
 FAR_ABOVE = 1.5        # an end window this many times the constant level is a blown-up run, not a plateau
+HIGH = 3.0             # a first loss this many times the constant level is "far from expected"
 CONVERGED = 0.1        # a flat curve below this fraction of the constant level has converged: not stuck
 VAL_RISE = 1.1         # validation's last value over its best
 
@@ -43,6 +45,7 @@ def windows(losses: tuple[float, ...]) -> tuple[Optional[float], Optional[float]
 class Reading:
     """The figures one trace gives and the symptom flags they raise."""
 
+    constant: float
     start: Optional[float]
     end: Optional[float]
     peak: Optional[float]
@@ -68,12 +71,17 @@ class Reading:
         return not self.diverged and (self.flat or self.at_constant) and not self.converged
 
     @property
+    def starts_high(self) -> bool:
+        return self.first is not None and self.first >= HIGH * self.constant and \
+            (self.nonfinite or self.end >= AT_CONSTANT * self.constant)
+
+    @property
     def overfits(self) -> bool:
         return self.val_rising and not self.diverged and self.end is not None and self.end < self.start
 
     def symptoms(self) -> tuple[str, ...]:
         found = [name for name, on in ((DIVERGENCE, self.diverged), (NO_LEARNING, self.learns_nothing),
-                                       (OVERFITTING, self.overfits)) if on]
+                                       (HIGH_START, self.starts_high), (OVERFITTING, self.overfits)) if on]
         return tuple(found)
 
 
@@ -84,7 +92,7 @@ def read(trace: Trace, constant: float) -> Reading:
     first = finite[0] if finite else None
     peak = max(finite) if finite else None
     reading = dict(
-        start=start, end=end, peak=peak, first=first, nonfinite=nonfinite,
+        constant=constant, start=start, end=end, peak=peak, first=first, nonfinite=nonfinite,
         # rises and spikes count above the converged level: 0.0004 -> 0.0009 is noise, not divergence
         rising=bool(finite) and end > RISE * start and end > CONVERGED * constant,
         lasting_spike=bool(finite) and peak >= max(SPIKE * first, 0.5 * constant) and end >= FLAT * first,
