@@ -44,7 +44,7 @@ class ModelConfig:
     skips: bool = True                         # residual connections (resnet, transformer_lm)
     block_activation: str = "relu"             # activation inside residual blocks
     init_std: Optional[float] = None           # custom init: every weight matrix N(0, std)
-    detach: Optional[str] = None               # "trunk" | "neck": the graph is cut after that part
+    detach: Optional[str] = None               # "output": the outputs are detached, then a learnable bias added
     input_norm: bool = False                   # a LayerNorm right after the first layer
     example_norm_eps: Optional[float] = None   # normalise each example by its own scale, with this eps
     embed_scale: float = 1.0                   # transformer_lm: multiplier on the token embeddings
@@ -77,8 +77,9 @@ class RunConfig:
     precision: str = "fp32"
     loss: str = "default"                      # "default" | "softmax_ce" | "probs_bce" | "broadcast_mse" | "sigmoid_mse"
     loss_weight: float = 1.0                   # the loss is multiplied by this (a multi-task weight)
+    loss_on_copy: bool = False                 # the loss is computed on a NumPy copy of the outputs
     train_step: Optional[str] = None           # a buggy loop: "zero_grad_after_backward" | "no_zero_grad" | "loss_from_item"
-    freeze: Optional[str] = None               # "trunk" (requires_grad=False) | "all_but_head" (optimizer holds the head only)
+    freeze: Optional[str] = None               # all but the output bias frozen by: "requires_grad" | "optimizer"
     checkpoint_step: int = 10                  # steps trained before the checkpoint is written
     val_every: int = 0                         # log validation every this many steps (0: never)
     data: DataConfig = field(default_factory=DataConfig)

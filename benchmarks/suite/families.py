@@ -47,10 +47,17 @@ FAMILY_NAMES = tuple(FAMILIES)
 
 # --- losses -----------------------------------------------------------------------------------------
 
-def _classify_loss(kind: str) -> Callable:
+def _outputs(model, x, on_copy: bool) -> torch.Tensor:
+    out = model(x)
+    if on_copy:  # the bug: a NumPy copy "so backward works"; no gradient reaches the model from it
+        out = torch.tensor(out.detach().cpu().numpy(), requires_grad=True)
+    return out
+
+
+def _classify_loss(kind: str, on_copy: bool) -> Callable:
     def loss_fn(model, batch):
         x, y, weights = batch
-        per_example = _class_loss(kind, model(x), y)
+        per_example = _class_loss(kind, _outputs(model, x, on_copy), y)
         return (per_example * weights).mean()  # per-example weights (class balancing), mean 1
     return loss_fn
 
@@ -68,19 +75,19 @@ def _class_loss(kind: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"unknown classification loss {kind!r}")
 
 
-def _lm_loss(kind: str) -> Callable:
+def _lm_loss(kind: str, on_copy: bool) -> Callable:
     def loss_fn(model, batch):
         tokens, targets, weights = batch
-        per_token = _class_loss(kind, model(tokens), targets)  # logits (B, T, V) -> (B, T)
+        per_token = _class_loss(kind, _outputs(model, tokens, on_copy), targets)  # logits (B, T, V) -> (B, T)
         # Per-sequence weights (data-mixing weights, mean 1) times each sequence's mean token loss.
         return (per_token.mean(1) * weights).mean()
     return loss_fn
 
 
-def _regress_loss(kind: str) -> Callable:
+def _regress_loss(kind: str, on_copy: bool) -> Callable:
     def loss_fn(model, batch):
         x, y = batch[0], batch[1]
-        out = model(x)  # (B, 1)
+        out = _outputs(model, x, on_copy)  # (B, 1)
         if kind == "default":
             return F.mse_loss(out.squeeze(-1), y)
         if kind == "broadcast_mse":  # the bug: (B, 1) - (B,) broadcasts to (B, B): every pair of rows
@@ -91,8 +98,8 @@ def _regress_loss(kind: str) -> Callable:
     return loss_fn
 
 
-def loss_fn_for(family: Family, kind: str, weight: float = 1.0) -> Callable:
-    loss_fn = {"classify": _classify_loss, "lm": _lm_loss, "regress": _regress_loss}[family.task](kind)
+def loss_fn_for(family: Family, kind: str, weight: float = 1.0, on_copy: bool = False) -> Callable:
+    loss_fn = {"classify": _classify_loss, "lm": _lm_loss, "regress": _regress_loss}[family.task](kind, on_copy)
     if weight == 1.0:
         return loss_fn
 
@@ -178,12 +185,16 @@ def build_setup(cfg: RunConfig, default_init: bool = False) -> triage.Setup:
         for module in model.modules():
             if hasattr(module, "reset_parameters"):
                 module.reset_parameters()
-    if cfg.freeze == "trunk":
-        model.trunk.requires_grad_(False)  # the bug: a "pretrained backbone" flag on a never-pretrained trunk
-    params = model.head.parameters() if cfg.freeze == "all_but_head" else model.parameters()
+    if cfg.freeze == "requires_grad":
+        # the bug: the model frozen for an export step (requires_grad_(False)) and only the output bias
+        # re-enabled for "calibration", left in the training script
+        model.requires_grad_(False)
+        model.head.bias.requires_grad_(True)
+    # the bug: the optimizer built from the output bias only (a "re-fit the class prior" step's optimizer)
+    params = [model.head.bias] if cfg.freeze == "optimizer" else model.parameters()
     optimizer = make_optimizer(cfg, params)
     train, val = build_data(cfg)
-    loss_fn = loss_fn_for(family, cfg.loss, cfg.loss_weight)
+    loss_fn = loss_fn_for(family, cfg.loss, cfg.loss_weight, cfg.loss_on_copy)
     return triage.Setup(
         model=model, optimizer=optimizer, loss_fn=loss_fn, batches=train, val_batches=val or None,
         scheduler=make_scheduler(cfg.schedule, optimizer), precision=cfg.precision, grad_clip=cfg.grad_clip,

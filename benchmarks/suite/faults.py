@@ -170,21 +170,29 @@ def lr_too_low(base: RunConfig, severity: str) -> Fault:
 
 
 def no_gradient_flow(base: RunConfig, severity: str) -> Fault:
-    """A .detach() left in forward(): after the trunk (mild: neck and head still learn) or after the neck
-    (severe: only the head learns)."""
-    where = _pick(severity, "trunk", "neck")
-    faulty = _model(replace(base, checkpoint_step=100), detach=where)
-    return Fault("no_gradient_flow", faulty, _model(faulty, detach=None), (NO_LEARNING,), "checkpoint",
-                 f"forward() detaches the {where}'s output; fix: remove .detach()")
+    """Mild: forward() detaches the outputs (a stop-gradient meant for a teacher's logits) and adds a
+    learnable calibration bias after the cut, the only thing that learns. Severe: the loss is computed on
+    a NumPy copy of the outputs made a leaf with requires_grad=True "so backward works": nothing learns."""
+    faulty = replace(base, checkpoint_step=40)
+    if severity == "mild":
+        faulty, fixed = _model(faulty, detach="output"), _model(faulty, detach=None)
+        story = "outputs detached in forward(), a calibration bias after the cut; fix: remove .detach()"
+    else:
+        faulty, fixed = replace(faulty, loss_on_copy=True), faulty
+        story = "loss on a NumPy copy of the outputs (a new leaf); fix: the loss on the outputs themselves"
+    return Fault("no_gradient_flow", faulty, fixed, (NO_LEARNING,), "scratch" if severity == "mild" else "checkpoint",
+                 story)
 
 
 def frozen_parameters(base: RunConfig, severity: str) -> Fault:
-    """Mild: the trunk set requires_grad=False (a "pretrained backbone" flag on a never-pretrained
-    trunk); severe: the optimizer built from the head's parameters only."""
-    how = _pick(severity, "trunk", "all_but_head")
-    faulty = replace(base, freeze=how, checkpoint_step=100)
+    """All but the output bias frozen on a never-trained net. Mild: requires_grad_(False) on the model
+    (left from an export step) with the output bias re-enabled; severe: the optimizer built from the
+    output bias alone (the optimizer of a "re-fit the class prior" step). Fix: train every parameter."""
+    how = _pick(severity, "requires_grad", "optimizer")
+    faulty = replace(base, freeze=how, checkpoint_step=40)
     return Fault("frozen_parameters", faulty, replace(faulty, freeze=None), (NO_LEARNING,), "checkpoint",
-                 _pick(severity, "trunk frozen with requires_grad=False", "optimizer holds the head only"))
+                 _pick(severity, "model.requires_grad_(False) but the output bias",
+                       "optimizer holds the output bias only") + "; fix: train every parameter")
 
 
 def dead_relu(base: RunConfig, severity: str) -> Fault:

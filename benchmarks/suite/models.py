@@ -47,21 +47,21 @@ class Neck(nn.Sequential):
 
 
 class Net(nn.Module):
-    """trunk -> neck -> head; `detach` cuts the graph after the trunk or after the neck."""
+    """trunk -> neck -> head. With detach="output" the head's output is detached and a learnable
+    per-output bias added after the cut (a calibration term): only that bias ever gets a gradient."""
 
     def __init__(self, trunk: nn.Module, neck: nn.Module, head: nn.Module, detach: Optional[str] = None):
         super().__init__()
         self.trunk, self.neck, self.head = trunk, neck, head
         self.detach = detach
+        if detach == "output":
+            self.calibration = nn.Parameter(torch.zeros(head.out_features))
 
     def forward(self, x):
-        h = self.trunk(x)
-        if self.detach == "trunk":
-            h = h.detach()  # the bug: meant to keep a "pretrained" trunk fixed; it never was pretrained
-        h = self.neck(h)
-        if self.detach == "neck":
-            h = h.detach()
-        return self.head(h)
+        out = self.head(self.neck(self.trunk(x)))
+        if self.detach == "output":  # the bug: a stop-gradient meant for a teacher's logits, on the model's own
+            return out.detach() + self.calibration
+        return out
 
 
 def _first_layers(cfg: ModelConfig, first: nn.Module, norm_dims: tuple[int, ...],
