@@ -75,10 +75,10 @@ class RunConfig:
     total_steps: Optional[int] = None
     grad_clip: Optional[float] = None
     precision: str = "fp32"
-    loss: str = "default"                      # "default" | "softmax_ce" | "probs_bce" | "broadcast_mse" | "sigmoid_mse"
+    loss: str = "default"                      # "default" | "softmax_ce" | "smoothed_ce" | "sigmoid_mse" | "broadcast_mse"
     loss_weight: float = 1.0                   # the loss is multiplied by this (a multi-task weight)
     loss_on_copy: bool = False                 # the loss is computed on a NumPy copy of the outputs
-    train_step: Optional[str] = None           # a buggy loop: "zero_grad_after_backward" | "no_zero_grad" | "loss_from_item"
+    train_step: Optional[str] = None           # a buggy loop: "zero_grad_after_backward" | "loss_from_item"
     freeze: Optional[str] = None               # all but the output bias frozen by: "requires_grad" | "optimizer"
     checkpoint_step: int = 10                  # steps trained before the checkpoint is written
     val_every: int = 0                         # log validation every this many steps (0: never)

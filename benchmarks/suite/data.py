@@ -68,7 +68,7 @@ def sensor_traces(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     shapes = torch.stack([torch.ones(width), ramp * 1.5, torch.sin(2 * math.pi * ramp) * 1.5,
                           (torch.arange(width) % 3 == 0).float() * 2.0])
     y = torch.randint(0, TRACE_CLASSES, (POOL,), generator=g)
-    x = 0.3 * torch.randn(POOL, TRACE_LEN, TRACE_CHANNELS, generator=g)
+    x = 0.15 * torch.randn(POOL, TRACE_LEN, TRACE_CHANNELS, generator=g)
     starts = torch.randint(0, TRACE_LEN - width, (POOL,), generator=g)
     pulse = torch.zeros(POOL, TRACE_LEN)
     pulse.scatter_add_(1, starts[:, None] + torch.arange(width), shapes[y])

@@ -196,19 +196,19 @@ def frozen_parameters(base: RunConfig, severity: str) -> Fault:
 
 
 def dead_relu(base: RunConfig, severity: str) -> Fault:
-    """The neck's ReLU biases initialised at -1.5 (mild) or -6 (severe), "to start sparse": the units
-    never fire on the data, so nothing below the head learns. Fix: default init."""
-    bias = _pick(severity, -1.5, -6.0)
+    """The neck's ReLU biases initialised at -3 (mild) or -10 (severe), "to start sparse": the units
+    (almost) never fire on the data, so (almost) nothing below the head learns. Fix: default init."""
+    bias = _pick(severity, -3.0, -10.0)
     faulty = _model(replace(base, checkpoint_step=60), neck_bias=bias)
     return Fault("dead_relu", faulty, _model(faulty, neck_bias=None), (NO_LEARNING,), "scratch",
                  f"neck ReLU biases initialised at {bias:g}; fix: default init")
 
 
 def vanishing_gradients(base: RunConfig, severity: str) -> Fault:
-    """A deep sigmoid neck (5 or 10 layers, default init) between trunk and head; in the residual family
+    """A deep sigmoid neck (8 or 12 layers, default init) between trunk and head; in the residual family
     a refactor also dropped the skips (and norms) and made the blocks sigmoid. Fix: the usual ReLU neck
     (and the skips back)."""
-    depth = _pick(severity, 5, 10)
+    depth = _pick(severity, 8, 12)
     faulty = _model(replace(base, checkpoint_step=60), neck_activation="sigmoid", neck_depth=depth)
     story = f"{depth} sigmoid neck layers"
     if base.family == "resnet":
@@ -219,9 +219,9 @@ def vanishing_gradients(base: RunConfig, severity: str) -> Fault:
 
 
 def lr_schedule_decayed(base: RunConfig, severity: str) -> Fault:
-    """ExponentialLR meant per epoch stepped per batch (gamma 0.93 mild, 0.85 severe) in a 2000-step run:
-    the loss drops early, then the LR is ~1e-3 (1e-7) of its peak by the checkpoint and the run stalls."""
-    gamma = _pick(severity, 0.93, 0.85)
+    """ExponentialLR meant per epoch stepped per batch (gamma 0.9 mild, 0.8 severe) in a 2000-step run:
+    the loss drops early, then the LR is ~3e-5 (2e-10) of its peak by the checkpoint and the run stalls."""
+    gamma = _pick(severity, 0.9, 0.8)
     faulty = replace(base, schedule=Schedule("exponential", gamma=gamma), total_steps=2000, checkpoint_step=100)
     fixed = replace(faulty, schedule=Schedule("warmup_cosine", warmup=0, total=2000))
     return Fault("lr_schedule_decayed", faulty, fixed, (NO_LEARNING,), "knobs",
@@ -230,30 +230,34 @@ def lr_schedule_decayed(base: RunConfig, severity: str) -> Fault:
 
 
 def label_bug(base: RunConfig, severity: str) -> Fault:
-    """Targets shuffled apart from their inputs (two arrays shuffled separately): 60% (mild) or all."""
-    fraction = _pick(severity, 0.6, 1.0)
-    faulty = _data(replace(base, checkpoint_step=60), shuffled_labels=fraction)
+    """Targets shuffled apart from their inputs (two arrays shuffled separately): 80% of them (mild) or
+    all. The snapshot is 24 batches, so the continuation sees each example about twice, as a run on a
+    real dataset would, rather than memorising the random labels."""
+    fraction = _pick(severity, 0.8, 1.0)
+    faulty = _data(replace(base, checkpoint_step=10), shuffled_labels=fraction, n_batches=24)
     return Fault("label_bug", faulty, _data(faulty, shuffled_labels=0.0), (NO_LEARNING,), "checkpoint",
                  f"{fraction:.0%} of targets moved to other examples; fix: keep each example with its target")
 
 
 def wrong_loss(base: RunConfig, severity: str) -> Fault:
-    """Classifiers and the LM: probabilities into cross_entropy (mild; a double softmax) or into a
-    multi-label BCE loss (severe). The regressor: a sigmoid on the output for standardised targets
-    (mild) or a (B, 1) - (B,) MSE that broadcasts every row against every target (severe)."""
+    """Classifiers and the LM: probabilities into cross_entropy (mild; a double softmax, floor
+    ln(e + K - 1) - 1) or cross_entropy with label_smoothing=0.9 (severe; a typo for 0.1, floor ~ln K).
+    The regressor: a sigmoid on the output for standardised targets (mild) or a (B, 1) - (B,) MSE that
+    broadcasts every row against every target (severe). Fix: the plain loss, trained from the start."""
     regress = FAMILIES[base.family].task == "regress"
-    kind = _pick(severity, "sigmoid_mse", "broadcast_mse") if regress else _pick(severity, "softmax_ce", "probs_bce")
+    kind = _pick(severity, "sigmoid_mse", "broadcast_mse") if regress else _pick(severity, "softmax_ce", "smoothed_ce")
     faulty = replace(base, loss=kind, checkpoint_step=80)
-    return Fault("wrong_loss", faulty, replace(faulty, loss="default"), (NO_LEARNING,), "checkpoint",
+    return Fault("wrong_loss", faulty, replace(faulty, loss="default"), (NO_LEARNING,), "scratch",
                  f"loss {kind}; fix: the plain loss on raw outputs")
 
 
 def loop_bug(base: RunConfig, severity: str) -> Fault:
-    """The run's own train_step: zero_grad() never called (mild: gradients pile up) or called between
-    backward() and step() (severe: every gradient wiped before it is used)."""
-    kind = _pick(severity, "no_zero_grad", "zero_grad_after_backward")
+    """The run's own train_step never updates the weights: the loss rebuilt from .item() as a new leaf
+    (mild: backward reaches no weight) or zero_grad() called between backward() and step() (severe: every
+    gradient wiped before it is used). Fix: the reference loop (zero_grad, forward, backward, step)."""
+    kind = _pick(severity, "loss_from_item", "zero_grad_after_backward")
     faulty = replace(base, train_step=kind, checkpoint_step=40)
-    return Fault("loop_bug", faulty, replace(faulty, train_step=None), (NO_LEARNING, DIVERGENCE), "knobs",
+    return Fault("loop_bug", faulty, replace(faulty, train_step=None), (NO_LEARNING,), "knobs",
                  f"train_step {kind}; fix: zero_grad, forward, backward, step", Knobs(reference_loop=True))
 
 

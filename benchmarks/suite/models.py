@@ -121,6 +121,9 @@ class TraceEncoder(nn.Module):
         self.prep = nn.Sequential(*_first_layers(cfg, nn.Linear(TRACE_CHANNELS, 16), (1, 2)),
                                   nn.LayerNorm(16))
         self.lstm = nn.LSTM(16, 32, batch_first=True)
+        with torch.no_grad():  # forget-gate bias 1 (Jozefowicz et al. 2015), split over the two bias vectors
+            for bias in (self.lstm.bias_ih_l0, self.lstm.bias_hh_l0):
+                bias[32:64] = 0.5
 
     def forward(self, x):
         out, _ = self.lstm(self.prep(x))  # (B, T, 32)
