@@ -138,11 +138,14 @@ class Case:
             path.parent.mkdir(parents=True, exist_ok=True)
             torch.save({"model": setup.model.state_dict(), "optimizer": setup.optimizer.state_dict(),
                         "scheduler": setup.scheduler.state_dict() if setup.scheduler else None,
-                        "step": cfg.checkpoint_step, "history": history}, path)
+                        "step": history[-1]["step"], "history": history}, path)
             return path
         losses = train(setup, cfg.checkpoint_step).losses
         return triage.save_checkpoint(path, setup.model, setup.optimizer, scheduler=setup.scheduler,
                                       step=len(losses), history=list(losses))
+
+
+VAL_RISE_NOTICED = 1.02  # checkpoint_on_val_rise: validation this far above its best is when the owner notices
 
 
 def _logged_training(setup: triage.Setup, cfg: RunConfig) -> list[dict]:
@@ -151,6 +154,9 @@ def _logged_training(setup: triage.Setup, cfg: RunConfig) -> list[dict]:
         losses = train(setup, cfg.val_every, first_batch=start).losses
         log.append({"step": start + len(losses), "loss": losses[-1], "val_loss": val_loss(setup)})
         if not math.isfinite(losses[-1]):
+            break
+        best = min(entry["val_loss"] for entry in log)
+        if cfg.checkpoint_on_val_rise and start >= 20 and log[-1]["val_loss"] >= VAL_RISE_NOTICED * best:
             break
     return log
 

@@ -25,8 +25,8 @@ import triage
 from suite.config import RunConfig
 from suite.families import build_setup, constant_level
 from suite.loop import Knobs, Trace, batch_losses, load_checkpoint, train, val_loss
-from suite.symptoms import (DIVERGENCE, HIGH_START, NO_LEARNING, NONE, OVERFITTING, VAL_LEAK, Reading, fixed_by,
-                             read)
+from suite.symptoms import (DIVERGENCE, HIGH_START, MEANINGFUL, NO_LEARNING, NONE, OVERFITTING, VAL_LEAK, Reading,
+                             fixed_by, read)
 
 STEPS = 40            # what triage replays
 VAL_EVERY = 5         # validation during a continuation, for runs that have validation data
@@ -142,15 +142,20 @@ def _continue(cfg: RunConfig, path: Path, knobs: Knobs = Knobs()) -> Trace:
     return train(setup, STEPS, knobs, val_every=VAL_EVERY if cfg.data.val_batches else 0)
 
 
-def _from_scratch(cfg: RunConfig, default_init: bool = False) -> Trace:
-    """The run trained from its own init for its checkpoint's steps, then STEPS more (those are read)."""
+def _from_scratch(cfg: RunConfig, path: Path, default_init: bool = False) -> Trace:
+    """The run trained from its own init for as many steps as the faulty checkpoint had, then STEPS
+    more (those are read)."""
+    steps = checkpoint_step(path)
     setup = build_setup(cfg, default_init=default_init)
     torch.manual_seed(cfg.seed + 1)
-    before = train(setup, cfg.checkpoint_step)
+    before = train(setup, steps)
     if not before.finite:
         return before
-    return train(setup, STEPS, val_every=VAL_EVERY if cfg.data.val_batches else 0,
-                 first_batch=cfg.checkpoint_step)
+    return train(setup, STEPS, val_every=VAL_EVERY if cfg.data.val_batches else 0, first_batch=steps)
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(torch.load(path, weights_only=True).get("step") or 0)
 
 
 def _named_fix(case, path: Path) -> Trace:
@@ -159,7 +164,7 @@ def _named_fix(case, path: Path) -> Trace:
         return _continue(fault.faulty, path, fault.fix_knobs)
     if fault.fix_from == "checkpoint":
         return _continue(fault.fixed, path)
-    return _from_scratch(fault.fixed)
+    return _from_scratch(fault.fixed, path)
 
 
 def _competitors(case, path: Path) -> list[tuple[str, str, Callable[[], Optional[Trace]]]]:
@@ -174,7 +179,7 @@ def _competitors(case, path: Path) -> list[tuple[str, str, Callable[[], Optional
             ("fp16_overflow", "bf16", lambda: _continue(cfg, path, Knobs(precision="bf16"))
              if cfg.precision == "fp16" else None),
             ("bad_batch", "skip outlying batches", lambda: _skip_outliers(cfg, path)),
-            ("bad_initialization", "default init", lambda: _from_scratch(cfg, default_init=True)),
+            ("bad_initialization", "default init", lambda: _from_scratch(cfg, path, default_init=True)),
         ]
     if NO_LEARNING in case.fault.symptoms:
         knobs += [
@@ -218,7 +223,7 @@ def _check_leak(case, path: Path, constant: float, figures: Figures, reading: Re
              "duplicated_after_fix": duplicate_fraction(clean_setup)}
     if reading.diverged:
         reason, ok = "the run itself diverges", False
-    elif duplicated < 0.1 or leaky > LEAK_RATIO * clean:
+    elif duplicated < 0.1 or leaky > LEAK_RATIO * clean or clean - leaky < MEANINGFUL * constant:
         reason, ok = (f"validation is not suspiciously good (duplicated {duplicated:.0%}, val {leaky:.3f} vs "
                       f"held-out {clean:.3f})"), False
     elif extra["duplicated_after_fix"] > 0:

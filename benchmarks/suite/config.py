@@ -81,6 +81,7 @@ class RunConfig:
     train_step: Optional[str] = None           # a buggy loop: "zero_grad_after_backward" | "loss_from_item"
     freeze: Optional[str] = None               # all but the output bias frozen by: "requires_grad" | "optimizer"
     checkpoint_step: int = 10                  # steps trained before the checkpoint is written
+    checkpoint_on_val_rise: bool = False       # ...or fewer: the first validation log 2% above the best so far
     val_every: int = 0                         # log validation every this many steps (0: never)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

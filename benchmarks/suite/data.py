@@ -178,13 +178,14 @@ def _noisy_targets(batches: list[Batch], fraction: float, classes: int, seed: in
 
 
 def _leaky(val: list[Batch], train: list[Batch], fraction: float) -> list[Batch]:
-    """The bug: each validation batch has its first rows copied from a training batch."""
-    out = []
-    for i, b in enumerate(val):
+    """The bug: the first rows of each validation batch are copies of training rows (taken in order)."""
+    pool = [torch.cat(items) for items in zip(*train)]
+    out, used = [], 0
+    for b in val:
         k = int(round(fraction * len(b[0])))
-        source = train[i % len(train)]
-        k = min(k, len(source[0]))
-        out.append(tuple(torch.cat([s[:k], t[k:]]) for s, t in zip(source, b)))
+        rows = torch.arange(used, used + k) % len(pool[0])
+        used += k
+        out.append(tuple(torch.cat([s[rows], t[k:]]) for s, t in zip(pool, b)))
     return out
 
 

@@ -29,7 +29,8 @@ AT_CONSTANT = 0.95     # ...and an end window at this fraction of the constant-p
 FAR_ABOVE = 1.5        # an end window this many times the constant level is a blown-up run, not a plateau
 HIGH = 3.0             # a first loss this many times the constant level is "far from expected"
 CONVERGED = 0.1        # a flat curve below this fraction of the constant level has converged: not stuck
-VAL_RISE = 1.1         # validation's last value over its best
+VAL_RISE = 1.05        # validation's last value over its best
+MEANINGFUL = 0.02      # a difference in loss below this fraction of the constant level is noise
 
 
 def windows(losses: tuple[float, ...]) -> tuple[Optional[float], Optional[float]]:
@@ -104,7 +105,7 @@ def read(trace: Trace, constant: float) -> Reading:
     val = [v for v in trace.val_losses if math.isfinite(v)]
     if len(val) >= 2:
         reading.update(val_first=val[0], val_best=min(val), val_last=val[-1],
-                       val_rising=val[-1] >= VAL_RISE * min(val) and val[-1] > val[0])
+                       val_rising=val[-1] >= VAL_RISE * min(val) and val[-1] - min(val) >= MEANINGFUL * constant)
     return Reading(**reading)
 
 
