@@ -49,9 +49,7 @@ def main() -> None:
     results = []
     for i, result in enumerate(run_cases(specs, args.workers, args.cache, args.keep, not args.no_triage), 1):
         results.append(result)
-        mark = ("✓" if result.predicted == result.expected else "✗") if result.seconds is not None else "·"
-        said = result.predicted or (result.error or "").splitlines()[0][:60] if result.valid else "excluded"
-        print(f"[{i:3d}/{len(specs)}] {mark} {result.id:<52} {said}", flush=True)
+        print(f"[{i:3d}/{len(specs)}] {_line(result)}", flush=True)
     wall = time.perf_counter() - started
     results.sort(key=lambda r: r.id)
 
@@ -70,6 +68,15 @@ def main() -> None:
     if args.json:
         args.json.write_text("[\n" + ",\n".join(r.model_dump_json() for r in results) + "\n]\n")
         print(f"wrote {args.json}")
+
+
+def _line(result) -> str:
+    if not result.valid:
+        return f"· {result.id:<52} excluded: {result.validity.reason[:90]}"
+    if result.seconds is None:
+        return f"· {result.id:<52} valid"
+    said = result.predicted or "triage raised " + (result.error or "").split("\n")[0][:60]
+    return f"{'✓' if result.predicted == result.expected else '✗'} {result.id:<52} {said}"
 
 
 if __name__ == "__main__":
