@@ -51,6 +51,7 @@ class Reading:
     end: Optional[float]
     peak: Optional[float]
     first: Optional[float]
+    first_raw: Optional[float]   # the first loss even when it is not finite
     nonfinite: bool
     rising: bool
     lasting_spike: bool
@@ -73,8 +74,10 @@ class Reading:
 
     @property
     def starts_high(self) -> bool:
-        return self.first is not None and self.first >= HIGH * self.constant and \
-            (self.nonfinite or self.end >= AT_CONSTANT * self.constant)
+        """The first loss far above the constant level (or already non-finite), and never below it."""
+        if self.first_raw is None or not (self.first_raw >= HIGH * self.constant or math.isnan(self.first_raw)):
+            return False
+        return self.end is None or self.nonfinite or self.end >= AT_CONSTANT * self.constant
 
     @property
     def overfits(self) -> bool:
@@ -94,6 +97,7 @@ def read(trace: Trace, constant: float) -> Reading:
     peak = max(finite) if finite else None
     reading = dict(
         constant=constant, start=start, end=end, peak=peak, first=first, nonfinite=nonfinite,
+        first_raw=trace.losses[0] if trace.losses else None,
         # rises and spikes count above the converged level: 0.0004 -> 0.0009 is noise, not divergence
         rising=bool(finite) and end > RISE * start and end > CONVERGED * constant,
         lasting_spike=bool(finite) and peak >= max(SPIKE * first, 0.5 * constant) and end >= FLAT * first,
