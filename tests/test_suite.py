@@ -77,6 +77,23 @@ def test_ci_sample_covers_every_cause_in_two_families():
         assert len(sample) <= 3 * len(families)
 
 
+def test_ci_sample_passes_over_cases_the_check_excludes():
+    passed_over = []
+
+    def is_valid(spec):  # stands in for the cached stock check: rejects every mlp case and every SGD case
+        ok = spec.family != "mlp" and spec.optimizer == "adamw"
+        if not ok:
+            passed_over.append(spec)
+        return ok
+
+    sample = sample_for_ci(all_cases(), is_valid=is_valid)
+    assert passed_over and all(s.family != "mlp" and s.optimizer == "adamw" for s in sample)
+    families = defaultdict(set)
+    for s in sample:
+        families[s.cause].add(s.family)
+    assert set(families) == set(CAUSES) | {HEALTHY} and all(len(f) == 2 for f in families.values())
+
+
 def test_setup_returns_fresh_seeded_objects():
     case = build_case(CaseSpec("dead_relu", "cnn_bn", "adamw", "mild"))
     a, b = case.setup(), case.setup()

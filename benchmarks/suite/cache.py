@@ -6,6 +6,7 @@ case id. Editing any generator file starts a fresh cache folder; old folders can
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -18,7 +19,10 @@ PACKAGE = Path(__file__).resolve().parent
 NOT_GENERATOR = {"cache.py", "runner.py", "summary.py", "__init__.py"}  # changing these changes no case
 
 
+@functools.lru_cache(maxsize=None)
 def source_hash() -> str:
+    """Hashed once per process, when the generator modules are already imported: a file edited during a
+    run must not file that run's cases under the new source."""
     digest = hashlib.sha256()
     for path in sorted(PACKAGE.glob("*.py")):
         if path.name not in NOT_GENERATOR:

@@ -13,7 +13,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -78,21 +78,32 @@ def split_of(spec: CaseSpec) -> str:
 _CI_PREFERENCE = [("severe", "sgd"), ("severe", "adamw"), ("mild", "sgd"), ("mild", "adamw")]
 
 
-def sample_for_ci(specs: list[CaseSpec], families_per_cause: int = 2) -> list[CaseSpec]:
+def sample_for_ci(specs: list[CaseSpec], families_per_cause: int = 2,
+                  is_valid: Optional[Callable[[CaseSpec], bool]] = None) -> list[CaseSpec]:
     """A stratified sample of `specs`: every cause (and healthy) in `families_per_cause` different
     families, the families rotating over the causes so that every family appears; one spec per
-    (cause, family), the most-often-valid severity and optimizer first."""
+    (cause, family), the most-often-valid severity and optimizer first.
+
+    With `is_valid` (e.g. the cached stock check), a candidate that fails it is passed over for the
+    next one of that family, then the next family, so the sample holds valid cases wherever the pool
+    has them."""
     by_cause: dict[str, list[CaseSpec]] = {}
     for spec in specs:
         by_cause.setdefault(spec.cause, []).append(spec)
     sample = []
     for i, (cause, members) in enumerate(sorted(by_cause.items())):
         families = sorted({s.family for s in members})
-        chosen = [families[(i + k) % len(families)] for k in range(min(families_per_cause, len(families)))]
-        for family in chosen:
+        rotated = families[i % len(families):] + families[:i % len(families)]
+        chosen = []
+        for family in rotated:
             candidates = sorted((s for s in members if s.family == family),
                                 key=lambda s: (_CI_PREFERENCE.index((s.severity, s.optimizer)), _rank_key(s)))
-            sample.append(candidates[0])
+            pick = next((s for s in candidates if is_valid is None or is_valid(s)), None)
+            if pick is not None:
+                chosen.append(pick)
+            if len(chosen) == families_per_cause:
+                break
+        sample += chosen
     return sample
 
 

@@ -110,9 +110,10 @@ def exploding_gradients(base: RunConfig, severity: str) -> Fault:
 
 
 def fp16_overflow(base: RunConfig, severity: str) -> Fault:
-    """Raw-unit inputs (x1e5 mild: some rows overflow; x1e7 severe: all do) normalised right after the first layer, so fp32 and bf16
-    train, under fp16 autocast: the first layer's fp16 output passes 65504. The language model's variant:
-    post-norm blocks under a token-embedding multiplier, so the attention scores overflow."""
+    """Inputs in raw units (x1e5 mild, x1e7 severe) normalised right after the first layer (BatchNorm,
+    LayerNorm), so fp32 and bf16 train, under fp16 autocast: the first layer's fp16 output passes 65504
+    and the loss is NaN from the first step. The language model's variant: post-norm blocks under a
+    token-embedding multiplier (x300, x3000), so the attention scores overflow."""
     scale = _pick(severity, 1e5, 1e7)
     faulty = replace(base, precision="fp16", checkpoint_step=0)
     if FAMILIES[base.family].task == "lm":

@@ -16,9 +16,11 @@ ERROR = "(triage raised)"
 
 def exclusion_kind(reason: str) -> str:
     """The reason an excluded case was excluded, without its figures (to count them)."""
-    kind = re.sub(r"\(.*", "", reason).strip()
-    kind = re.sub(r": expected .*", "", kind)
-    return kind
+    competitor = re.match(r"a competing fix \((.*?)\) also removes it", reason)
+    if competitor:
+        return f"a competing fix also removes it: {competitor.group(1)}"
+    kind = re.sub(r" \(.*", "", reason).strip()
+    return re.sub(r": expected .*", "", kind)
 
 
 def predicted(r: CaseResult) -> str:
@@ -35,7 +37,8 @@ def print_validity(results: list[CaseResult], out: TextIO) -> None:
     families = sorted({r.family for r in results})
     width = max(len(c) for c in CAUSES + (HEALTHY,)) + 2
     out.write("\nvalid / generated per cause and family (sgd, adamw; mild+severe)\n")
-    out.write(f"{'cause':<{width}}" + "".join(f"{f[:14]:>16}" for f in families) + f"{'total':>10}\n")
+    out.write(f"{'cause':<{width}}" + "".join(f"{f[:14]:>16}" for f in families)
+              + f"{'mild':>8}{'severe':>8}{'total':>8}\n")
     for cause in CAUSES + (HEALTHY,):
         row = [r for r in results if r.expected == cause]
         if not row:
@@ -44,8 +47,9 @@ def print_validity(results: list[CaseResult], out: TextIO) -> None:
         for family in families:
             per = {o: [r for r in row if r.family == family and r.optimizer == o] for o in ("sgd", "adamw")}
             cells.append(" ".join(f"{sum(r.valid for r in per[o])}/{len(per[o])}" for o in ("sgd", "adamw")))
-        total = f"{sum(r.valid for r in row)}/{len(row)}"
-        out.write(f"{cause:<{width}}" + "".join(f"{c:>16}" for c in cells) + f"{total:>10}\n")
+        severities = [[r for r in row if r.severity == s] for s in ("mild", "severe")]
+        totals = [f"{sum(r.valid for r in group)}/{len(group)}" for group in severities + [row]]
+        out.write(f"{cause:<{width}}" + "".join(f"{c:>16}" for c in cells) + "".join(f"{t:>8}" for t in totals) + "\n")
     by_severity = Counter((r.severity, r.valid) for r in results)
     out.write("by severity: " + ", ".join(f"{s} {by_severity[(s, True)]}/{by_severity[(s, True)] + by_severity[(s, False)]}"
                                           for s in ("mild", "severe")) + "\n")
