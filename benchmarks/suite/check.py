@@ -99,7 +99,8 @@ def _validate(case, path: Path) -> Validity:
     seen = reading.symptoms()
     if fault.cause == "healthy":
         ok = not seen and reading.end is not None and reading.end < 0.9 * constant
-        reason = "healthy: no symptom" if ok else f"a healthy run shows {', '.join(seen) or 'a loss at the constant level'}"
+        shows = ", ".join(seen) or "a loss at the constant level"
+        reason = "healthy: no symptom" if ok else f"a healthy run shows {shows}"
         return Validity(ok=ok, reason=reason, constant=constant, faulty=figures)
     if VAL_LEAK in fault.symptoms:
         return _check_leak(case, path, constant, figures, reading)

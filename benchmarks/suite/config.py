@@ -75,7 +75,8 @@ class RunConfig:
     total_steps: Optional[int] = None
     grad_clip: Optional[float] = None
     precision: str = "fp32"
-    loss: str = "default"                      # "default" | "softmax_ce" | "smoothed_ce" | "sigmoid_mse" | "broadcast_mse"
+    loss: str = "default"                      # or a wrong one: "softmax_ce" | "smoothed_ce" (classifiers, LM),
+                                               # "sigmoid_mse" | "broadcast_mse" (regressor)
     loss_weight: float = 1.0                   # the loss is multiplied by this (a multi-task weight)
     loss_on_copy: bool = False                 # the loss is computed on a NumPy copy of the outputs
     train_step: Optional[str] = None           # a buggy loop: "zero_grad_after_backward" | "loss_from_item"

@@ -49,7 +49,8 @@ def print_validity(results: list[CaseResult], out: TextIO) -> None:
             cells.append(" ".join(f"{sum(r.valid for r in per[o])}/{len(per[o])}" for o in ("sgd", "adamw")))
         severities = [[r for r in row if r.severity == s] for s in ("mild", "severe")]
         totals = [f"{sum(r.valid for r in group)}/{len(group)}" for group in severities + [row]]
-        out.write(f"{cause:<{width}}" + "".join(f"{c:>16}" for c in cells) + "".join(f"{t:>8}" for t in totals) + "\n")
+        out.write(f"{cause:<{width}}" + "".join(f"{c:>16}" for c in cells)
+                  + "".join(f"{t:>8}" for t in totals) + "\n")
     by_severity = Counter((r.severity, r.valid) for r in results)
     out.write("by severity: " + ", ".join(f"{s} {by_severity[(s, True)]}/{by_severity[(s, True)] + by_severity[(s, False)]}"
                                           for s in ("mild", "severe")) + "\n")
