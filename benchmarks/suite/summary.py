@@ -52,8 +52,9 @@ def print_validity(results: list[CaseResult], out: TextIO) -> None:
         out.write(f"{cause:<{width}}" + "".join(f"{c:>16}" for c in cells)
                   + "".join(f"{t:>8}" for t in totals) + "\n")
     by_severity = Counter((r.severity, r.valid) for r in results)
-    out.write("by severity: " + ", ".join(f"{s} {by_severity[(s, True)]}/{by_severity[(s, True)] + by_severity[(s, False)]}"
-                                          for s in ("mild", "severe")) + "\n")
+    out.write("by severity: " + ", ".join(
+        f"{s} {by_severity[(s, True)]}/{by_severity[(s, True)] + by_severity[(s, False)]}"
+        for s in ("mild", "severe")) + "\n")
 
 
 def print_accuracy(results: list[CaseResult], out: TextIO, title: str = "") -> None:
