@@ -1,0 +1,211 @@
+"""The six model families: data, model, loss and good learning rates, and `build_setup(cfg)`, which
+turns a RunConfig into the `triage.Setup` the run's owner would write (fresh objects each call, seeded).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+from torch.nn import functional as F
+
+import triage
+from suite import data, models
+from suite.config import RunConfig, Schedule
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    task: str                              # "classify" | "lm" | "regress"
+    classes: int                           # classes, vocabulary size, or 1 for regression
+    normalises_inputs: bool                # a norm layer right after the first layer (BatchNorm, LayerNorm)
+    good_lr: dict[str, float]              # a learning rate that trains well, per optimizer
+    examples: Callable[[int], tuple[torch.Tensor, ...]]
+    description: str
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in [
+    Family("mlp", "classify", 10, False, {"sgd": 0.05, "adamw": 3e-3}, data.digits_vectors,
+           "ReLU MLP 64-64-64-10 on the 8x8 digits"),
+    Family("cnn_bn", "classify", 10, True, {"sgd": 0.05, "adamw": 3e-3}, data.digits_images,
+           "two conv+BatchNorm+ReLU layers, max-pool, MLP head, on the digits as 1x8x8 images"),
+    Family("resnet", "classify", 10, True, {"sgd": 0.05, "adamw": 3e-3}, data.digits_vectors,
+           "residual MLP: stem, 3 pre-LayerNorm residual blocks, head, on the digits"),
+    Family("rnn", "classify", data.TRACE_CLASSES, True, {"sgd": 0.07, "adamw": 5e-3}, data.sensor_traces,
+           "LSTM over 20-step sensor traces (pulse shape classification)"),
+    Family("transformer_lm", "lm", data.VOCAB, True, {"sgd": 0.2, "adamw": 5e-3}, data.markov_text,
+           "2-block causal transformer LM on a Markov language of 16 tokens"),
+    Family("tabular_regressor", "regress", 1, False, {"sgd": 0.02, "adamw": 3e-3}, data.friedman_table,
+           "ReLU MLP regressor (MSE) on Friedman #1 made in code"),
+]}
+
+FAMILY_NAMES = tuple(FAMILIES)
+
+
+# --- losses -----------------------------------------------------------------------------------------
+
+def _outputs(model, x, on_copy: bool) -> torch.Tensor:
+    out = model(x)
+    if on_copy:  # the bug: a NumPy copy "so backward works"; no gradient reaches the model from it
+        out = torch.tensor(out.detach().cpu().numpy(), requires_grad=True)
+    return out
+
+
+def _classify_loss(kind: str, on_copy: bool) -> Callable:
+    def loss_fn(model, batch):
+        x, y, weights = batch
+        per_example = _class_loss(kind, _outputs(model, x, on_copy), y)
+        return (per_example * weights).mean()  # per-example weights (class balancing), mean 1
+    return loss_fn
+
+
+def _class_loss(kind: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-example loss of (..., K) outputs against (...) class ids."""
+    if kind == "default":
+        return F.cross_entropy(out.transpose(1, -1), y, reduction="none") if out.dim() > 2 else \
+            F.cross_entropy(out, y, reduction="none")
+    if kind == "softmax_ce":  # the bug: probabilities into a loss that applies log_softmax again
+        return _class_loss("default", out.softmax(-1), y)
+    if kind == "smoothed_ce":  # the bug: label_smoothing=0.9, a typo for 0.1: the target is nearly uniform
+        return F.cross_entropy(out.transpose(1, -1), y, reduction="none", label_smoothing=0.9) if out.dim() > 2 \
+            else F.cross_entropy(out, y, reduction="none", label_smoothing=0.9)
+    raise ValueError(f"unknown classification loss {kind!r}")
+
+
+def _lm_loss(kind: str, on_copy: bool) -> Callable:
+    def loss_fn(model, batch):
+        tokens, targets, weights = batch
+        per_token = _class_loss(kind, _outputs(model, tokens, on_copy), targets)  # logits (B, T, V) -> (B, T)
+        # Per-sequence weights (data-mixing weights, mean 1) times each sequence's mean token loss.
+        return (per_token.mean(1) * weights).mean()
+    return loss_fn
+
+
+def _regress_loss(kind: str, on_copy: bool) -> Callable:
+    def loss_fn(model, batch):
+        x, y = batch[0], batch[1]
+        out = _outputs(model, x, on_copy)  # (B, 1)
+        if kind == "default":
+            return F.mse_loss(out.squeeze(-1), y)
+        if kind == "broadcast_mse":  # the bug: (B, 1) - (B,) broadcasts to (B, B): every pair of rows
+            return ((out - y) ** 2).mean()
+        if kind == "sigmoid_mse":    # the bug: a [0, 1] output squashing for standardised targets
+            return F.mse_loss(torch.sigmoid(out.squeeze(-1)), y)
+        raise ValueError(f"unknown regression loss {kind!r}")
+    return loss_fn
+
+
+def loss_fn_for(family: Family, kind: str, weight: float = 1.0, on_copy: bool = False) -> Callable:
+    loss_fn = {"classify": _classify_loss, "lm": _lm_loss, "regress": _regress_loss}[family.task](kind, on_copy)
+    if weight == 1.0:
+        return loss_fn
+
+    def weighted(model, batch):
+        return weight * loss_fn(model, batch)
+    return weighted
+
+
+# --- the run's own train_step (loop bugs) --------------------------------------------------------
+
+def train_step_for(kind: Optional[str], loss_fn: Callable) -> Optional[Callable]:
+    if kind is None:
+        return None
+
+    def zero_grad_after_backward(model, optimizer, batch):
+        loss = loss_fn(model, batch)
+        loss.backward()
+        optimizer.zero_grad()  # the bug: moved here in a clean-up; the gradients are gone before step()
+        optimizer.step()
+        return loss.detach()
+
+    def loss_from_item(model, optimizer, batch):
+        optimizer.zero_grad()
+        value = loss_fn(model, batch).item()
+        loss = torch.tensor(value, requires_grad=True)  # the bug: a new leaf; no gradient reaches the model
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    steps = {f.__name__: f for f in (zero_grad_after_backward, loss_from_item)}
+    return steps[kind]
+
+
+# --- optimizer and schedule ------------------------------------------------------------------------
+
+def make_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
+    raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
+
+
+def make_scheduler(schedule: Optional[Schedule], optimizer: torch.optim.Optimizer):
+    if schedule is None:
+        return None
+    if schedule.kind == "exponential":
+        return torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=schedule.gamma)
+    if schedule.kind == "warmup_cosine":
+        warmup, total = schedule.warmup, schedule.total
+
+        def factor(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / warmup
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    raise ValueError(f"unknown schedule {schedule.kind!r}")
+
+
+# --- the Setup --------------------------------------------------------------------------------------
+
+def build_data(cfg: RunConfig):
+    family = FAMILIES[cfg.family]
+    return data.snapshot(family.examples(cfg.seed), cfg.data, cfg.seed, family.classes)
+
+
+def build_setup(cfg: RunConfig, default_init: bool = False) -> triage.Setup:
+    """The run as its owner wrote it. Seeded: two calls give the same initial weights.
+
+    With `default_init`, every module's reset_parameters() replaces the run's own init (the
+    counterfactual "PyTorch's default initialisation").
+    """
+    family = FAMILIES[cfg.family]
+    torch.manual_seed(cfg.seed)
+    model = models.BUILDERS[cfg.family](cfg.model)
+    if default_init:
+        for module in model.modules():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+    if cfg.freeze == "requires_grad":
+        # the bug: the model frozen for an export step (requires_grad_(False)) and only the output bias
+        # re-enabled for "calibration", left in the training script
+        model.requires_grad_(False)
+        model.head.bias.requires_grad_(True)
+    # the bug: the optimizer built from the output bias only (a "re-fit the class prior" step's optimizer)
+    params = [model.head.bias] if cfg.freeze == "optimizer" else model.parameters()
+    optimizer = make_optimizer(cfg, params)
+    train, val = build_data(cfg)
+    loss_fn = loss_fn_for(family, cfg.loss, cfg.loss_weight, cfg.loss_on_copy)
+    return triage.Setup(
+        model=model, optimizer=optimizer, loss_fn=loss_fn, batches=train, val_batches=val or None,
+        scheduler=make_scheduler(cfg.schedule, optimizer), precision=cfg.precision, grad_clip=cfg.grad_clip,
+        train_step=train_step_for(cfg.train_step, loss_fn), total_steps=cfg.total_steps)
+
+
+def constant_level(cfg: RunConfig) -> float:
+    """The loss of the best constant prediction on the clean training targets: the entropy of the
+    label (token) frequencies for a classifier or LM, the target variance for a regressor (times the
+    run's loss weight)."""
+    family = FAMILIES[cfg.family]
+    clean = data.snapshot(family.examples(cfg.seed), type(cfg.data)(n_batches=cfg.data.n_batches,
+                          batch_size=cfg.data.batch_size, train_examples=cfg.data.train_examples),
+                          cfg.seed, family.classes)[0]
+    y = torch.cat([b[1].reshape(-1) for b in clean])
+    if family.task == "regress":
+        return cfg.loss_weight * float(y.var(unbiased=False))
+    p = torch.bincount(y, minlength=family.classes).float() / len(y)
+    p = p[p > 0]
+    return cfg.loss_weight * float(-(p * p.log()).sum())

@@ -1,0 +1,177 @@
+"""The fault-injection benchmark (benchmarks/suite/): its grid, split and CI sample, and the stock-PyTorch
+validity check on real generated runs, including runs it must reject."""
+
+import sys
+from collections import Counter, defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from suite import CAUSES, FAMILY_NAMES, HEALTHY, all_cases, build_case, sample_for_ci, split_of, validate  # noqa: E402
+from suite.cache import CaseCache, source_hash  # noqa: E402
+from suite.cases import Case, CaseSpec  # noqa: E402
+from suite.faults import Fault, baseline, lr_too_low  # noqa: E402
+from suite.loop import Knobs  # noqa: E402
+from suite.runner import run_case  # noqa: E402
+from suite.symptoms import DIVERGENCE, NO_LEARNING  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# --- the grid ---------------------------------------------------------------------------------------
+
+def test_grid_spans_every_cause_family_optimizer_and_severity():
+    specs = all_cases()
+    assert len(specs) >= 330 and len(set(s.id for s in specs)) == len(specs)
+    cells = defaultdict(set)
+    for s in specs:
+        cells[s.cause].add((s.family, s.optimizer, s.severity))
+    assert set(cells) == set(CAUSES) | {HEALTHY}
+    assert len(CAUSES) == 20 and len(FAMILY_NAMES) == 6
+    for cause in CAUSES:
+        assert cells[cause] == {(f, o, v) for f in FAMILY_NAMES for o in ("sgd", "adamw") for v in ("mild", "severe")}
+    assert sum(s.cause == HEALTHY for s in specs) >= 30
+
+
+def test_every_spec_builds_a_case_and_its_id_round_trips():
+    for spec in all_cases():
+        assert CaseSpec.from_id(spec.id) == spec
+        case = build_case(spec)
+        assert case.expected == spec.cause and case.story
+        assert case.fault.faulty.family == spec.family and case.fault.faulty.optimizer == spec.optimizer
+
+
+def test_split_is_deterministic_balanced_and_holds_out_the_rnn_family():
+    specs = all_cases()
+    first = {s.id: split_of(s) for s in specs}
+    assert {s.id: split_of(s) for s in reversed(specs)} == first
+    assert {first[s.id] for s in specs if s.family == "rnn"} == {"lofo"}
+    assert "lofo" not in {first[s.id] for s in specs if s.family != "rnn"}
+    strata = defaultdict(Counter)
+    for s in specs:
+        if s.family != "rnn":
+            strata[(s.cause, s.family)][first[s.id]] += 1
+    for counts in strata.values():  # half tune, half heldout in every (cause, family)
+        assert counts["tune"] == counts["heldout"]
+
+
+def test_ci_sample_covers_every_cause_in_two_families():
+    for pool in (all_cases(), [s for s in all_cases() if split_of(s) == "tune"]):
+        sample = sample_for_ci(pool)
+        families = defaultdict(set)
+        for s in sample:
+            families[s.cause].add(s.family)
+        assert set(families) == set(CAUSES) | {HEALTHY}
+        assert all(len(f) >= 2 for f in families.values())
+        assert len({s.family for s in sample}) == len({s.family for s in pool})
+        assert len(sample) <= 3 * len(families)
+
+
+def test_ci_sample_passes_over_cases_the_check_excludes():
+    passed_over = []
+
+    def is_valid(spec):  # stands in for the cached stock check: rejects every mlp case and every SGD case
+        ok = spec.family != "mlp" and spec.optimizer == "adamw"
+        if not ok:
+            passed_over.append(spec)
+        return ok
+
+    sample = sample_for_ci(all_cases(), is_valid=is_valid)
+    assert passed_over and all(s.family != "mlp" and s.optimizer == "adamw" for s in sample)
+    families = defaultdict(set)
+    for s in sample:
+        families[s.cause].add(s.family)
+    assert set(families) == set(CAUSES) | {HEALTHY} and all(len(f) == 2 for f in families.values())
+
+
+def test_setup_returns_fresh_seeded_objects():
+    case = build_case(CaseSpec("dead_relu", "cnn_bn", "adamw", "mild"))
+    a, b = case.setup(), case.setup()
+    assert a.model is not b.model and a.optimizer is not b.optimizer
+    for p, q in zip(a.model.parameters(), b.model.parameters()):
+        assert torch.equal(p, q)
+    assert all(torch.equal(x, y) for batch_a, batch_b in zip(a.batches, b.batches) for x, y in zip(batch_a, batch_b))
+    fixed = case.fixed_setup()
+    assert not torch.equal(dict(fixed.model.named_parameters())["neck.0.bias"],
+                           dict(a.model.named_parameters())["neck.0.bias"])
+
+
+# --- the stock check --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case_id, symptom", [
+    ("lr_too_high-mlp-sgd-severe-0", DIVERGENCE),
+    ("fp16_overflow-cnn_bn-adamw-severe-0", DIVERGENCE),
+    ("frozen_parameters-tabular_regressor-adamw-mild-0", NO_LEARNING),
+    ("lr_schedule_decayed-resnet-sgd-severe-0", NO_LEARNING),
+    ("nonfinite_data-rnn-sgd-mild-0", DIVERGENCE),
+])
+def test_stock_check_certifies_real_faults(case_id, symptom):
+    verdict = validate(build_case(CaseSpec.from_id(case_id)))
+    assert verdict.ok, verdict.reason
+    assert verdict.symptom == symptom and symptom in verdict.faulty.symptoms
+    assert verdict.fix.removes and symptom not in verdict.fix.symptoms
+    assert verdict.faulty.nonfinite or verdict.fix.end < 0.8 * verdict.faulty.end
+    assert verdict.competitors and not any(c.removes for c in verdict.competitors)
+
+
+def test_stock_check_passes_a_healthy_run():
+    verdict = validate(build_case(CaseSpec("healthy", "mlp", "sgd", "mild", 0)))
+    assert verdict.ok, verdict.reason
+    assert verdict.faulty.symptoms == () and verdict.faulty.end < 0.5 * verdict.faulty.start
+
+
+def test_stock_check_rejects_a_healthy_run_labelled_lr_too_high():
+    base = baseline("mlp", "sgd")
+    mislabelled = Fault("lr_too_high", base, replace(base, lr=base.lr / 10), (DIVERGENCE,), "knobs",
+                        "a healthy run, mislabelled", Knobs(lr_scale=0.1))
+    verdict = validate(Case(CaseSpec("lr_too_high", "mlp", "sgd", "mild"), mislabelled))
+    assert not verdict.ok and verdict.reason.startswith("symptom did not reproduce")
+
+
+def test_stock_check_rejects_a_fix_that_does_not_fix():
+    fault = lr_too_low(baseline("mlp", "sgd"), "severe")
+    wrong_fix = replace(fault, cause="clipping_too_aggressive", fix_knobs=Knobs(clip=None))  # there is no clip
+    verdict = validate(Case(CaseSpec("clipping_too_aggressive", "mlp", "sgd", "severe"), wrong_fix))
+    assert not verdict.ok and verdict.reason.startswith("the named fix does not remove")
+
+
+def test_stock_check_rejects_a_case_a_competing_fix_also_explains():
+    # An LR 30x too low, labelled as a decayed schedule: holding the LR at its peak fixes it, but so does
+    # lr x10 (lr_too_low's fix), so the label is ambiguous.
+    base = baseline("mlp", "sgd")
+    faulty = replace(base, lr=base.lr / 30, checkpoint_step=20)
+    ambiguous = Fault("lr_schedule_decayed", faulty, replace(faulty, lr=base.lr), (NO_LEARNING,), "knobs",
+                      "an LR too low, labelled as a decayed schedule", Knobs(lr_scale=30.0))
+    verdict = validate(Case(CaseSpec("lr_schedule_decayed", "mlp", "sgd", "mild"), ambiguous))
+    assert not verdict.ok and "competing fix (lr x10, for lr_too_low)" in verdict.reason
+
+
+# --- cache and runner -------------------------------------------------------------------------------
+
+def test_cache_reuses_the_verdict_and_checkpoint(tmp_path):
+    case = build_case(CaseSpec("label_bug", "tabular_regressor", "sgd", "severe"))
+    cache = CaseCache(tmp_path)
+    first, path, cached = cache.validity(case)
+    assert not cached and path.exists() and first.ok, first.reason
+    again, path_again, cached = cache.validity(case)
+    assert cached and path_again == path and again == first
+    assert source_hash() == source_hash() and cache.folder.name == source_hash()
+
+
+def test_runner_triages_a_valid_case_in_process(tmp_path):
+    result = run_case(("lr_too_high-mlp-sgd-severe-0", str(tmp_path / "cache"), str(tmp_path / "reports"), True))
+    assert result.valid and result.error is None, result.error
+    assert result.predicted and result.confidence in {"high", "medium", "low"} and result.seconds > 0
+    assert (Path(result.report) / "report.json").exists()
+    excluded = run_case(("exploding_gradients-mlp-adamw-mild-0", str(tmp_path / "cache"), None, True))
+    assert not excluded.valid and excluded.predicted is None and excluded.validity.reason
