@@ -33,9 +33,15 @@ VAL_EVERY = 5         # validation during a continuation, for runs that have val
 OUTLIER_Z = 6.0       # a batch whose loss is this many robust deviations above the median is outlying
 LEAK_RATIO = 0.85     # validation this much better than held-out data is "suspiciously good"
 
-# A competing fix that also removes the symptom, but only masks this cause (so the case stays unambiguous):
-# clipping bounds the one huge step of an outlying batch; the outlier scan names the batch first (DESIGN §4).
-MASKS = {("bad_batch", "exploding_gradients")}
+# A competing fix that also removes the symptom but only masks this cause, where the cause leaves a
+# measurable abnormality that triage checks first (so the case stays unambiguous): clipping or a lower LR
+# bound the huge steps of an outlying batch (the outlier scan names the batch, DESIGN §4); a lower LR
+# keeps an fp16 run (fp16 is a setting) or a blown-up init (its loss at setup()'s init) in range; a
+# higher LR makes up for a clip that bounds every step (the fraction of steps clipped) or for a
+# schedule decayed below 1% of its peak (the schedule's own LR).
+MASKS = {("bad_batch", "exploding_gradients"), ("bad_batch", "lr_too_high"), ("fp16_overflow", "lr_too_high"),
+         ("bad_initialization", "lr_too_high"), ("clipping_too_aggressive", "lr_too_low"),
+         ("lr_schedule_decayed", "lr_too_low")}
 
 
 class Figures(BaseModel):
@@ -170,12 +176,15 @@ def _named_fix(case, path: Path) -> Trace:
 
 def _competitors(case, path: Path) -> list[tuple[str, str, Callable[[], Optional[Trace]]]]:
     """(cause, label, run) for each knob fix of the other causes of the fault's symptom classes; run()
-    gives None where the knob would change nothing in this run (no fp16, no outlying batch, no clipping)."""
+    gives None where the knob would change nothing in this run (no fp16, no outlying batch, no clipping).
+    The learning rate is tried over the range triage searches (x0.1 to x1e-4 down, x10 to x1000 up): a
+    fault some learning rate also removes (a loss scaled uniformly is an LR in other units under SGD)
+    cannot be told from an LR fault, so it is ambiguous, not a test."""
     cfg = case.fault.faulty
     knobs = []
     if DIVERGENCE in case.fault.symptoms or HIGH_START in case.fault.symptoms:
+        knobs += [_lr(cfg, path, "lr_too_high", f) for f in (0.1, 0.01, 1e-3, 1e-4)]
         knobs += [
-            ("lr_too_high", "lr x0.1", lambda: _continue(cfg, path, Knobs(lr_scale=0.1))),
             ("exploding_gradients", "clip 1.0", lambda: _continue(cfg, path, Knobs(clip=1.0))),
             ("fp16_overflow", "bf16", lambda: _continue(cfg, path, Knobs(precision="bf16"))
              if cfg.precision == "fp16" else None),
@@ -183,8 +192,8 @@ def _competitors(case, path: Path) -> list[tuple[str, str, Callable[[], Optional
             ("bad_initialization", "default init", lambda: _from_scratch(cfg, path, default_init=True)),
         ]
     if NO_LEARNING in case.fault.symptoms:
+        knobs += [_lr(cfg, path, "lr_too_low", f) for f in (10.0, 100.0, 1000.0)]
         knobs += [
-            ("lr_too_low", "lr x10", lambda: _continue(cfg, path, Knobs(lr_scale=10.0))),
             ("weight_decay_too_high", "no weight decay", lambda: _continue(cfg, path, Knobs(no_weight_decay=True))
              if cfg.weight_decay > 0.01 else None),
             ("clipping_too_aggressive", "no clipping", lambda: _continue(cfg, path, Knobs(clip=None))
@@ -194,6 +203,10 @@ def _competitors(case, path: Path) -> list[tuple[str, str, Callable[[], Optional
         ]
     # overfitting and val_leak: no other cause of these classes has a knob fix
     return [k for k in knobs if k[0] != case.fault.cause]
+
+
+def _lr(cfg: RunConfig, path: Path, cause: str, factor: float):
+    return cause, f"lr x{factor:g}", lambda: _continue(cfg, path, Knobs(lr_scale=factor))
 
 
 def _skip_outliers(cfg: RunConfig, path: Path) -> Optional[Trace]:
