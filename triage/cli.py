@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from triage.distributed.ranks import DEFAULT_RANK_TIMEOUT_S
+from triage.distributed import DEFAULT_RANK_TIMEOUT_S
 from triage.errors import Interrupted, TriageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -107,12 +107,15 @@ def demo(
     debug: bool = typer.Option(False, "--debug"),
 ) -> None:
     """Run the full triage on a shipped fault example (its checkpoint is made if missing)."""
-    from triage.api import run as run_triage
-    from triage.zoo import demo_checkpoint, example_names, example_path
+    from triage.zoo import demo_checkpoint, example_names, example_path, example_summary
 
-    if list_:
-        print("\n".join(example_names()))
+    if list_:  # without importing torch: each example's summary is read from its docstring
+        names = example_names()
+        width = max(map(len, names))
+        print("\n".join(f"{n:<{width}}  {example_summary(n)}" for n in names))
         return
+    from triage.api import run as run_triage
+
     with _user_errors(debug):
         checkpoint = _shown(demo_checkpoint(name))
         entry = f"{_shown(example_path(name))}:setup"

@@ -6,6 +6,7 @@ with the fix applied) and write_checkpoint(path) (trains the faulty run and save
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import os
@@ -32,6 +33,21 @@ def example_path(name: str, folder: Optional[Path] = None) -> Path:
         raise EntryError(f"Expected a zoo example named '{name}', found none. "
                          f"Examples: {', '.join(example_names())}.")
     return path
+
+
+def example_summary(name: str, folder: Optional[Path] = None) -> str:
+    """The example in a line, from its docstring, without importing it (that would import torch): the
+    text after its "root_cause: " label, up to the first colon or sentence end outside parentheses."""
+    doc = ast.get_docstring(ast.parse(example_path(name, folder).read_text(encoding="utf-8"))) or ""
+    text = " ".join(doc.split())
+    label, sep, rest = text.partition(": ")
+    text = rest if sep and " " not in label.split(" (")[0] else text
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and text[i:i + 2] in (": ", ". "):
+            return text[:i]
+    return text.rstrip(".")
 
 
 def load_example(name: str, folder: Optional[Path] = None) -> ModuleType:

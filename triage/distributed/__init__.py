@@ -11,5 +11,8 @@ figures conditions read are reduced across ranks so that every rank takes the sa
     wrappers.py     DDP / FSDP2 / plain
     fingerprint.py  digests of tensors, batches and examples that ranks compare
 
-Nothing here is imported by `import triage` beyond ranks.py (which imports torch only).
+Nothing here is imported by `import triage`; the command line reads only the constant below (without torch).
 """
+
+DEFAULT_RANK_TIMEOUT_S = 180.0  # a rank silent this long inside a collective is taken to have hung
+

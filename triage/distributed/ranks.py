@@ -27,9 +27,10 @@ from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
+from triage.distributed import DEFAULT_RANK_TIMEOUT_S
+
 log = logging.getLogger(__name__)
 
-DEFAULT_RANK_TIMEOUT_S = 180.0  # a rank silent this long inside a collective is taken to have hung
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
