@@ -80,3 +80,24 @@ def test_demo_list_gives_each_example_a_line_that_says_what_it_is():
     assert "lr=1.0" in described["lr_too_high"]
     assert "zero_grad" in described["loop_bug_gru"]
     assert all(len(text) > 20 for text in described.values())
+
+
+@pytest.mark.parametrize("typed, suggested", [("setpu", "did you mean setup?"), ("Setup", "did you mean setup?")])
+def test_a_mistyped_entry_function_suggests_the_near_names_that_exist(project, monkeypatch, typed, suggested):
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(project))
+    result = CliRunner().invoke(app, ["run", "--checkpoint", "ckpt.pt", "--entry", f"mymod:{typed}",
+                                      "--out", "never", "--output", "quiet"])
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2
+    assert suggested in message.lower() and "--entry mymod:setup" in message
+    assert f"def {typed}()" not in message  # not told to define the misspelled name
+
+
+def test_an_entry_function_with_no_near_name_is_explained_as_before(project, monkeypatch):
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(project))
+    result = CliRunner().invoke(app, ["run", "--checkpoint", "ckpt.pt", "--entry", "mymod:build_everything",
+                                      "--output", "quiet"])
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Define `def build_everything() -> triage.Setup:`" in message

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
+import inspect
 import sys
 import traceback
 from pathlib import Path
@@ -29,11 +31,19 @@ def load_entry(spec: str) -> SetupFactory:
     factory = getattr(module, function_name, None)
     if not callable(factory):
         found = "nothing" if factory is None else f"a {type(factory).__name__}"
-        raise EntryError(
-            f"Expected a function '{function_name}' in '{module_part}', found {found}. "
-            f"Define `def {function_name}() -> triage.Setup:` there, or point --entry at it."
-        )
+        near = near_names(function_name, module)
+        advice = (f"Did you mean {' or '.join(near)}? (--entry {module_part}:{near[0]})" if near else
+                  f"Define `def {function_name}() -> triage.Setup:` there, or point --entry at it.")
+        raise EntryError(f"Expected a function '{function_name}' in '{module_part}', found {found}. {advice}")
     return factory
+
+
+def near_names(name: str, module) -> list[str]:
+    """Functions in the module, and classes defined there, whose names are close to a mistyped one,
+    closest first."""
+    defined = [n for n, value in vars(module).items() if not n.startswith("_") and (
+        inspect.isfunction(value) or (inspect.isclass(value) and value.__module__ == module.__name__))]
+    return difflib.get_close_matches(name, defined, n=3, cutoff=0.6)
 
 
 def entry_name(factory: SetupFactory) -> str:
