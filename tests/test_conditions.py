@@ -46,3 +46,20 @@ def test_references_are_collected():
 def test_anything_outside_the_language_is_refused(text):
     with pytest.raises(ConditionError):
         parse_condition(text)
+
+
+@pytest.mark.parametrize("text, values, deciding", [
+    # an `or` that holds: its first clause that holds
+    ("not b.finite or b.ratio > 1.5 or b.rise > 1.0", {"finite": True, "ratio": 2.0, "rise": 3.0}, ["b.ratio"]),
+    # an `or` that fails: every clause
+    ("not b.finite or b.ratio > 1.5", {"finite": True, "ratio": 1.0}, ["b.finite", "b.ratio"]),
+    # an `and` that fails: its first clause that fails
+    ("b.finite and b.ratio > 1.5 and b.rise > 1", {"finite": True, "ratio": 1.0, "rise": 0.0}, ["b.ratio"]),
+    # an `and` that holds: every clause; a comparison: every reference in it
+    ("b.finite and b.ratio > 0.1 * b.rise", {"finite": True, "ratio": 2.0, "rise": 3.0},
+     ["b.finite", "b.ratio", "b.rise"]),
+    # unknown settles nothing: the clauses that could have are all shown
+    ("b.finite and b.ratio > 1.5", {"finite": None, "ratio": 2.0}, ["b.finite", "b.ratio"]),
+])
+def test_deciding_names_the_clauses_that_settled_a_condition(text, values, deciding):
+    assert parse_condition(text).deciding(lambda node, field: values[field]) == deciding

@@ -1,10 +1,14 @@
 """loop_diff: the user's train_step against the reference loop. Each classic loop bug fires its own
 measurement; a correct step leaves them all quiet."""
 
+import functools
+import inspect
+
 import pytest
 import torch
 from torch import nn
 
+import triage
 from tests._instrument_runs import classifier_setup, cross_entropy, run, session_of
 from triage.experiments.loop_diff import LOOP_DIFF
 
@@ -157,3 +161,45 @@ def test_a_schedulers_own_wrapper_of_optimizer_step_is_put_back():
     out = run(LOOP_DIFF, session)
     assert out.optimizer_steps == 20
     assert vars(session.setup.optimizer)["step"] is wrapped
+
+
+class CallableStep:
+    def __call__(self, model, optimizer, batch):
+        return correct_step(model, optimizer, batch)
+
+
+@pytest.mark.parametrize("step", [correct_step, functools.partial(correct_step), CallableStep()])
+def test_the_outcome_says_where_train_step_is_defined(step):
+    out = _outcome(step)
+    function = correct_step if not isinstance(step, CallableStep) else CallableStep.__call__
+    line = inspect.getsourcelines(function)[1]
+    assert out.train_step_source.endswith(f"test_exp_loop_diff.py:{line}")
+
+
+def no_grad_reaches_the_weights(model, optimizer, batch):
+    optimizer.zero_grad()
+    loss = torch.tensor(cross_entropy(model, batch).item(), requires_grad=True)  # rebuilt from a float
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+@pytest.mark.parametrize("step, bug, leaf", [
+    (no_zero_grad, "Call optimizer.zero_grad() every step", "loop_bug_accumulate"),
+    (no_optimizer_step, "Call optimizer.step() after loss.backward()", "loop_bug_no_step"),
+    (eval_mode, "Call model.train()", "loop_bug_eval"),
+    (no_grad_reaches_the_weights, "Call backward() on the loss as the model computed it", "loop_bug_detached"),
+    (zero_grad_between_backward_and_step, "its step only ever sees zeroed gradients", "loop_bug_zeroed"),
+])
+def test_the_loop_bug_verdict_names_the_bug_measured_and_where_train_step_is(step, bug, leaf, tmp_path):
+    report, _ = triage.run(lambda: classifier_setup(lr=0.1, train_step=step), None, out=tmp_path)
+    where = f"test_exp_loop_diff.py:{inspect.getsourcelines(step)[1]}"
+    assert report.root_cause == "loop_bug" and report.path[-1] == leaf
+    assert bug in report.fix and where in report.fix
+    assert report.location.source.endswith(where)
+
+
+def test_the_accumulation_fix_quotes_the_growth_measured(tmp_path):
+    report, _ = triage.run(lambda: classifier_setup(lr=0.1, train_step=no_zero_grad), None, out=tmp_path)
+    growth = report.experiment("loop").outcome["grad_growth"]
+    assert f"each step applied {growth:.4g}x a fresh gradient" in report.fix

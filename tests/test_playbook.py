@@ -76,6 +76,10 @@ def test_a_good_playbook_becomes_a_graph(tmp_path):
     ("  fine:\n    diagnosis: healthy\n    fix: nothing\n", "  fine:\n    fix: nothing\n", "node 'fine': expected one of `run:`"),
     ("with: {steps: 5, lr_scale: 0.1}", "with: {steps: 5, skip_outliers_of: base}",
      "node 'lr': skip_outliers_of: 'base' must be a node that runs 'batch_scan'"),
+    ("fix: lower it\n", "fix: lower it below {lr.loss_endd}\n", "has no field 'loss_endd'"),
+    ("fix: clean it\n", "fix: clean batch {base.loss_end}\n", "does not always run before this point"),
+    ("goto: lr\n", "goto: lr\n        answer: no\n", "branches.0.answer: Value error, expected words, found the YAML "
+                                                   "boolean false: quote it"),
 ])
 def test_errors_name_the_node_and_what_is_wrong(tmp_path, old, new, message):
     assert old in GOOD
@@ -133,3 +137,21 @@ def test_a_teams_experiments_are_imported_from_beside_the_playbook(tmp_path):
     book = load_playbook(path, trust_imports=True)
     assert book.registry.get("count_batches") is not None
     assert book.spec("many").diagnosis == "too_many_batches"
+
+
+def test_every_branch_of_the_shipped_playbook_answers_its_question_in_words():
+    from triage.playbook.schema import DecisionNode, RunNode
+
+    book = load_playbook()
+    for node in book.graph:
+        spec = book.spec(node)
+        if isinstance(spec, (RunNode, DecisionNode)):
+            assert spec.otherwise_answer and all(b.answer for b in spec.branches), node
+
+
+def test_a_fix_quotes_what_was_measured(tmp_path):
+    book = load_playbook(write(tmp_path, GOOD.replace("fix: lower it", "fix: lower it (it ended at {lr.loss_end})")))
+    leaf = book.spec("too_high")
+    assert leaf.fix_refs() == ["lr.loss_end"]
+    assert leaf.fix_text(lambda node, field: 0.123456) == "lower it (it ended at 0.1235)"
+    assert leaf.fix_text(lambda node, field: None) == "lower it (it ended at (not measured))"

@@ -235,13 +235,18 @@ def _stopped_leaf(failure: RankFailure) -> LeafNode:
 
 def _decide(playbook: Playbook, node: str, read) -> Decision:
     figures: dict[str, Any] = {}
+    deciding: list[str] = []  # of each condition, the references that settled it (read exact, not rounded)
     errors: list[str] = []  # conditions that could not be evaluated: unknown, recorded, the walk goes on
-    for target, condition in playbook.branches(node):
+    spec = playbook.spec(node)
+    for i, (target, condition) in enumerate(playbook.branches(node)):
         if condition is None:
-            return Decision(node=node, goto=target, when=None, figures=figures, errors=errors)
+            return Decision(node=node, goto=target, when=None, answer=spec.otherwise_answer, figures=figures,
+                            deciding=list(dict.fromkeys(deciding)), errors=errors)
         figures.update({f"{n}.{name}": _figure(read(n, name)) for n, name in sorted(condition.refs)})
         if condition.evaluate(read, errors):
-            return Decision(node=node, goto=target, when=condition.text, figures=figures, errors=errors)
+            return Decision(node=node, goto=target, when=condition.text, answer=spec.branches[i].answer,
+                            figures=figures, deciding=condition.deciding(read), errors=errors)
+        deciding += condition.deciding(read)
     raise AssertionError("a validated run node always has an `otherwise` edge")
 
 

@@ -55,7 +55,13 @@ class Decision(BaseModel):
     node: str
     goto: str
     when: Optional[str] = Field(description="The condition that held; None: `otherwise` was taken.")
+    answer: Optional[str] = Field(default=None, description="The playbook's words for the branch taken "
+                                                            "(`answer:` / `otherwise_answer:`), where it has them.")
     figures: dict[str, Any]
+    deciding: list[str] = Field(
+        default_factory=list, description="The keys of `figures` that settled the branch: of the condition "
+                                          "that held, the clauses that made it hold (of an `or`, the first "
+                                          "that held); when `otherwise` was taken, what made each fail.")
     candidates: list[CandidateResult] = Field(
         default_factory=list, description="At a differential node: every candidate, in the order written.")
     confidence: Optional[Confidence] = Field(

@@ -5,6 +5,8 @@ train/eval mode of every forward recorded)."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import math
 from typing import Any, Iterator, Optional
 
@@ -15,6 +17,7 @@ from pydantic import Field
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.training import (autocast, grad_norm, grad_scaler, loss_value, reference_step,
                                          start_end, trainable, untouched_buffers_and_rng)
+from triage.experiments.user_source import display_path
 
 
 class LoopDiffParams(Params):
@@ -26,6 +29,9 @@ class LoopDiffParams(Params):
 
 class LoopDiffOutcome(Outcome):
     has_train_step: bool
+    train_step_source: Optional[str] = Field(
+        default=None, description="file:line where the run's train_step is defined (None: none, or inspect "
+                                  "cannot tell, as for a builtin).")
     steps_run: int = 0
     params_never_changed: list[str] = Field(
         default_factory=list, description="Trainable parameters the user's steps left exactly as they were.")
@@ -94,7 +100,7 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
     extra = [n for n in user_unchanged if n not in reference_unchanged]
     grad_growth = float(np.median(growth)) if growth else None
     return LoopDiffOutcome(
-        has_train_step=True, steps_run=len(user_losses),
+        has_train_step=True, train_step_source=defined_at(setup.train_step), steps_run=len(user_losses),
         params_never_changed=user_unchanged,
         unchanged_fraction=sum(sizes[n] for n in user_unchanged) / total,
         reference_never_changed=reference_unchanged,
@@ -111,6 +117,20 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
         user_losses=user_losses, reference_losses=reference_losses,
         user_loss_ratio=_loss_ratio(user_losses), reference_loss_ratio=_loss_ratio(reference_losses),
     )
+
+
+def defined_at(function: Any) -> Optional[str]:
+    """file:line of a function's `def` (of a partial's function, a method's, a callable object's __call__)."""
+    function = inspect.unwrap(function)  # through triage's own data guard, and the user's decorators
+    while isinstance(function, functools.partial):
+        function = inspect.unwrap(function.func)
+    if not (inspect.isfunction(function) or inspect.ismethod(function)):
+        function = getattr(type(function), "__call__", None)
+    try:
+        _, line = inspect.getsourcelines(function)
+        return display_path(inspect.getsourcefile(function), line)
+    except (TypeError, OSError):  # a builtin, or code with no file (typed into a REPL)
+        return None
 
 
 def _reference_loop(ctx: Context, steps: int) -> list[float]:

@@ -48,6 +48,12 @@ class Condition:
         is appended to `errors` (when given) as one line naming the condition."""
         return _Evaluator(self.text, lookup, errors).eval(self.tree) is True
 
+    def deciding(self, lookup: Lookup) -> list[str]:
+        """The `node.field` references that settled the condition's value, in reading order: of an `or`
+        that holds, its first clause that holds; of an `and` that fails, its first clause that fails;
+        else every clause (each was needed)."""
+        return list(dict.fromkeys(_deciding(self.tree, _Evaluator(self.text, lookup, None))))
+
     def value(self, lookup: Lookup, errors: Optional[list[str]] = None) -> Any:
         """The expression's value (for location references like `locate.module`)."""
         return _Evaluator(self.text, lookup, errors).eval(self.tree)
@@ -191,6 +197,19 @@ class _Evaluator:
 
 
 _SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+
+
+def _deciding(node: ast.AST, evaluator: _Evaluator) -> list[str]:
+    if isinstance(node, ast.BoolOp):
+        values = [_truth(evaluator.eval(v)) for v in node.values]
+        decisive = isinstance(node.op, ast.Or)  # True settles an `or`, False settles an `and`
+        if decisive in values:
+            return _deciding(node.values[values.index(decisive)], evaluator)
+        return [ref for v in node.values for ref in _deciding(v, evaluator)]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return _deciding(node.operand, evaluator)
+    attributes = sorted((a for a in ast.walk(node) if isinstance(a, ast.Attribute)), key=lambda a: a.col_offset)
+    return [f"{a.value.id}.{a.attr}" for a in attributes]
 
 
 def _truth(value: Any) -> Any:

@@ -446,5 +446,5 @@ def _check_leaf(node_id: str, spec: LeafNode, ran_before: set[str], refs: _Refs)
         if ref not in ran_before or ref not in refs.experiments:
             raise PlaybookError(refs.where.say(node_id, f"evidence/proof '{ref}' must be an experiment node or "
                                                         "candidate on a path to this leaf."))
-    for key, text in spec.location.items():
+    for text in [*spec.location.values(), *spec.fix_refs()]:
         refs.check(_condition(text, node_id, refs.where), node_id, allowed=ran_before)

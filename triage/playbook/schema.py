@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+import re
+from typing import Any, Callable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Confidence = Literal["high", "medium", "low"]
 
@@ -13,9 +14,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+def _words(value: Any) -> Any:
+    if isinstance(value, bool):  # YAML reads a bare yes/no/on/off as true/false
+        raise ValueError(f"expected words, found the YAML boolean {str(value).lower()}: quote it (\"no\")")
+    return value
+
+
 class Branch(_Strict):
     when: str = Field(description="A condition over earlier outcomes.")
     goto: str = Field(description="The node to go to when it holds.")
+    answer: Optional[str] = Field(default=None, description="The node's question answered in words when this "
+                                                            "branch is taken, for the terminal and the report.")
+
+    _answer_words = field_validator("answer", mode="before")(_words)
 
 
 class RunNode(_Strict):
@@ -27,6 +38,10 @@ class RunNode(_Strict):
     budget_s: float = Field(default=60.0, gt=0, description="Wall-clock budget of the experiment.")
     branches: list[Branch] = Field(default_factory=list)
     otherwise: str = Field(description="Where to go when no branch holds.")
+    otherwise_answer: Optional[str] = Field(default=None, description="The question answered in words when no "
+                                                                      "branch holds.")
+
+    _otherwise_words = field_validator("otherwise_answer", mode="before")(_words)
 
 
 class DecisionNode(_Strict):
@@ -35,6 +50,10 @@ class DecisionNode(_Strict):
     decide: str = Field(description="The question it answers, for the report.")
     branches: list[Branch] = Field(min_length=1)
     otherwise: str = Field(description="Where to go when no branch holds.")
+    otherwise_answer: Optional[str] = Field(default=None, description="The question answered in words when no "
+                                                                      "branch holds.")
+
+    _otherwise_words = field_validator("otherwise_answer", mode="before")(_words)
 
     @property
     def title(self) -> str:
@@ -84,7 +103,8 @@ class LeafNode(_Strict):
 
     diagnosis: str = Field(description="A root-cause id (DESIGN §4) or one of the playbook's own.")
     title: Optional[str] = Field(default=None, description="Required for an id of the playbook's own.")
-    fix: str = Field(description="The fix, in a sentence.")
+    fix: str = Field(description="The fix, in a sentence. It may quote what was measured as {node.field} "
+                                 "(e.g. where the run's train_step is defined), filled in by `fix_text`.")
     confidence: Confidence = Field(
         default="medium", description="The most this verdict may claim; reached through a differential "
                                       "node, the differential's own (measured) confidence caps it.")
@@ -93,6 +113,23 @@ class LeafNode(_Strict):
     location: dict[str, str] = Field(
         default_factory=dict, description="Location fields (module, op, source, batch, parameters) "
                                           "filled from node.field references.")
+
+
+    def fix_refs(self) -> list[str]:
+        """The {node.field} references the fix quotes."""
+        return FIX_REF.findall(self.fix)
+
+    def fix_text(self, lookup: Callable[[str, str], Any]) -> str:
+        """The fix with each {node.field} replaced by its measured value (4 significant digits)."""
+        def value(match: re.Match) -> str:
+            found = lookup(*match.group(1).split("."))
+            if found is None:
+                return "(not measured)"
+            return f"{found:.4g}" if isinstance(found, float) else str(found)
+        return FIX_REF.sub(value, self.fix)
+
+
+FIX_REF = re.compile(r"\{([A-Za-z_]\w*\.[A-Za-z_]\w*)\}")
 
 
 class Finding(_Strict):
