@@ -1,7 +1,7 @@
 """What a person sees in the terminal: start-up without torch, the zoo listed, the verdict's where
 and proof, the decision path in words (raw figures behind --verbose), near names for a mistyped entry."""
 
-import json
+import re
 import subprocess
 import sys
 
@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from triage.cli import app
-from triage.zoo import example_names
+from triage.zoo import example_names, example_path, load_example
 
 ENTRY = """
 import torch
@@ -28,6 +28,19 @@ def setup():
     model = nn.Linear(4, 2)
     return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
                         loss_fn=loss, batches=batches())
+
+
+def step_without_zero_grad(model, optimizer, batch):
+    value = loss(model, batch)
+    value.backward()
+    optimizer.step()
+    return value
+
+
+def leaky_setup():
+    model = nn.Linear(4, 2)
+    return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                        loss_fn=loss, batches=batches(), train_step=step_without_zero_grad)
 """
 
 
@@ -101,3 +114,80 @@ def test_an_entry_function_with_no_near_name_is_explained_as_before(project, mon
                                       "--output", "quiet"])
     message = " ".join(result.output.split())
     assert result.exit_code == 2 and "Define `def build_everything() -> triage.Setup:`" in message
+
+
+def _said(result) -> str:
+    """The terminal's text with rich's wrapping undone."""
+    return " ".join(result.output.split())
+
+
+def _line(result, label: str) -> str:
+    """The verdict line that starts with `label:`, wrapping undone."""
+    return re.search(rf"{label}:\s+(.*?)(?= (Fix|Where|Proof|Report):|$)", _said(result)).group(1)
+
+
+@pytest.fixture(scope="module")
+def lr_too_high(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lr_too_high")
+    checkpoint = load_example("lr_too_high").write_checkpoint(folder / "ckpt.pt")
+    return CliRunner().invoke(app, ["run", "--checkpoint", str(checkpoint), "--entry",
+                                    f"{example_path('lr_too_high')}:setup", "--out", str(folder / "out")])
+
+
+def test_the_verdict_says_where_and_gives_the_proof_before_and_after(lr_too_high):
+    assert lr_too_high.exit_code == 0, lr_too_high.output
+    assert _line(lr_too_high, "Where") == "not narrowed to a module, batch or parameter"
+    proof = _line(lr_too_high, "Proof")
+    # the experiment whose fix worked, what it changed, the run before and after, measured
+    assert proof.startswith("lower_lr: A lower learning rate") and "lr x0.1 chosen" in proof
+    before, after = map(float, re.search(r"end loss ([\d.]+) → ([\d.]+) \(baseline, as the run was → with "
+                                         r"the fix; 40 steps\)", proof).groups())
+    assert after < 0.5 * before
+
+
+def test_progress_lines_answer_each_question_in_words_without_raw_dumps(lr_too_high):
+    said = _said(lr_too_high)
+    # the node that found the fault is marked, not checked like a passing one
+    assert "! baseline Does the run, replayed as it was, go wrong? yes: it diverges (max rise" in said
+    assert "✓ data Are there NaN or Inf values in the data snapshot? no (train nonfinite count 0)" in said
+    assert "+ lower_lr A lower learning rate (x0.1 down to x1e-5): works" in said
+    assert "⇒ divergence lower_lr works best (high confidence) → lr_too_high" in said
+    assert "=" not in said.split("Fix:")[0]  # no field=value dumps
+    assert "baseline.loss_ratio > 1.5" not in said and "None" not in said
+
+
+@pytest.fixture(scope="module")
+def leaky(project):
+    def run(*flags):
+        import os
+        here = os.getcwd()
+        os.chdir(project)
+        sys.path.insert(0, str(project))
+        try:
+            return CliRunner().invoke(app, ["run", "--checkpoint", "ckpt.pt", "--entry", "mymod:leaky_setup",
+                                            "--out", f"out{len(flags)}", *flags])
+        finally:
+            os.chdir(here)
+            sys.path.remove(str(project))
+    return run
+
+
+def test_a_loop_bug_verdict_names_the_bug_and_where_train_step_is(leaky, project):
+    result = leaky()
+    assert result.exit_code == 0, result.output
+    line = ENTRY.splitlines().index("def step_without_zero_grad(model, optimizer, batch):") + 1
+    fix = _line(result, "Fix")
+    assert fix.startswith("Call optimizer.zero_grad() every step in train_step (mymod.py:%d)" % line)
+    assert "the gradients accumulate across steps" in fix
+    assert _line(result, "Where") == f"mymod.py:{line}"
+    assert _line(result, "Proof").startswith('measured directly at loop, no fix replayed: "no: its gradients '
+                                             'accumulate across steps"')
+
+
+def test_verbose_adds_the_raw_figures_and_the_branch_condition(leaky):
+    quiet, verbose = _said(leaky()), _said(leaky("--verbose"))
+    raw = "loop.has_train_step=true"
+    assert raw not in quiet and raw in verbose
+    assert "loop_diff" in verbose and "[loop.has_train_step and loop.grads_accumulate]" in verbose
+    assert "! loop Does the run's own train_step do what the reference loop does? no: its gradients accumulate" \
+        in verbose

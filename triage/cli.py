@@ -33,13 +33,13 @@ class Output(str, Enum):
     jsonl = "jsonl"
 
 
-def _listener(output: Output, silent: bool = False):
+def _listener(output: Output, silent: bool = False, verbose: bool = False):
     from triage.engine import SilentListener
     from triage.progress import JsonLines, LiveView
 
-    if silent:  # ranks other than 0: rank 0 shows the walk
+    if silent or output is Output.quiet:  # ranks other than 0: rank 0 shows the walk
         return SilentListener()
-    return {Output.live: LiveView, Output.quiet: SilentListener, Output.jsonl: JsonLines}[output]()
+    return LiveView(verbose=verbose) if output is Output.live else JsonLines()
 
 
 def _finish(report, files, output: Output) -> None:
@@ -49,10 +49,12 @@ def _finish(report, files, output: Output) -> None:
     if output is Output.quiet:
         print(files["html"])
         return
+    from triage.verdict import verdict_lines
+
     console.print(f"\n[bold]{escape(report.title)}[/] ([cyan]{report.root_cause}[/], {report.confidence} confidence)",
                   highlight=False)
-    console.print(f"Fix: {report.fix}", highlight=False, markup=False)
-    console.print(f"Report: {files['html']}", highlight=False, markup=False)
+    for label, text in [*verdict_lines(report), ("Report", str(files["html"]))]:
+        console.print(f"[bold]{label + ':':<7}[/] {escape(text)}", highlight=False)
 
 
 @app.command()
@@ -76,6 +78,8 @@ def run(
     rank_timeout: float = typer.Option(
         DEFAULT_RANK_TIMEOUT_S, "--rank-timeout", min=1,
         help="Distributed runs: seconds a rank may stay silent in a collective before the walk stops naming it."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Under each node's answer, every figure its "
+                                                                 "conditions read and the branch condition."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Triage a run from its checkpoint and setup function (under torchrun: every rank of a distributed run)."""
@@ -89,7 +93,7 @@ def run(
         report, files = run_triage(entry, checkpoint, out=out, playbook=playbook, steps=steps, seed=seed,
                                    history=history, trust_checkpoint=trust_checkpoint, trust_playbook=trust_playbook,
                                    history_loss=history_loss, history_val=history_val, snapshot_dir=snapshot_dir,
-                                   listener=_listener(output) if rank == 0 else _listener(Output.quiet, silent=True),
+                                   listener=_listener(output, silent=rank != 0, verbose=verbose),
                                    command=launch_command(sys.argv[1:]), rank_timeout=rank_timeout)
     if files:  # the rank that wrote the report (rank 0 of a distributed run)
         _finish(report, files, output)
@@ -104,6 +108,7 @@ def demo(
     out: Optional[Path] = typer.Option(None, "--out", "-o"),
     list_: bool = typer.Option(False, "--list", help="List the zoo examples."),
     output: Output = typer.Option(Output.live, "--output"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Every figure each node read, and its condition."),
     debug: bool = typer.Option(False, "--debug"),
 ) -> None:
     """Run the full triage on a shipped fault example (its checkpoint is made if missing)."""
@@ -119,7 +124,7 @@ def demo(
     with _user_errors(debug):
         checkpoint = _shown(demo_checkpoint(name))
         entry = f"{_shown(example_path(name))}:setup"
-        report, files = run_triage(entry, checkpoint, out=out, listener=_listener(output),
+        report, files = run_triage(entry, checkpoint, out=out, listener=_listener(output, verbose=verbose),
                                    command=shlex.join(["triage", "run", "--checkpoint", str(checkpoint), "--entry", entry]))
     _finish(report, files, output)
 

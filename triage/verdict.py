@@ -1,0 +1,89 @@
+"""The verdict in a few lines, as the terminal prints it: the fix, where the fault is, and the proof (the
+experiment whose fix worked: what it changed, and the run before and after). Reads only the report."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from triage.progress import figure, figure_words
+from triage.report.model import Report
+
+_NOT_LOCATED = "not narrowed to a module, batch or parameter"
+
+
+def verdict_lines(report: Report) -> list[tuple[str, str]]:
+    """(label, text) pairs, one line each: Fix, Where, Proof."""
+    return [("Fix", report.fix), ("Where", where(report)), ("Proof", proof(report))]
+
+
+def where(report: Report, shown: int = 3) -> str:
+    """Whatever the location holds, most specific first: module · op · source, batch, rank, parameters."""
+    loc = report.location
+    parts = [p for p in (loc.module, loc.op, loc.source) if p]
+    if loc.batch is not None:
+        parts.append(f"batch {loc.batch}")
+    if loc.rank is not None:
+        parts.append(f"rank {loc.rank}")
+    if loc.parameters:
+        names = ", ".join(loc.parameters[:shown])
+        more = f" (+{len(loc.parameters) - shown} more)" if len(loc.parameters) > shown else ""
+        parts.append(f"parameters {names}{more}")
+    return " · ".join(parts) or _NOT_LOCATED
+
+
+def proof(report: Report) -> str:
+    """The fix's own experiment: what it changed, and the run as it was against the run with the fix.
+    Where no fix was replayed, the measurement the verdict rests on."""
+    run = report.experiment(report.proof) if report.proof else None
+    if run is None:
+        return _evidence(report)
+    outcome = run.outcome or {}
+    changed = _title(report, run.node) or run.experiment
+    if outcome.get("chosen"):
+        changed += f", {outcome['chosen']} chosen"
+    against = report.experiment(outcome["against"]) if outcome.get("against") else None
+    if against is None or "loss_end" not in outcome:
+        return f"{run.node}: {changed}: measured {_state(outcome)}"
+    before, after = _state(against.outcome or {}, outcome.get("reference_end")), _state(outcome)
+    if before.startswith("end loss") and after.startswith("end loss"):
+        after = after.removeprefix("end loss ")
+    steps = f"; {outcome['steps_run']} steps" if outcome.get("steps_run") else ""
+    return f"{run.node}: {changed}: {before} → {after} ({against.node}, as the run was → with the fix{steps})"
+
+
+def _state(outcome: dict[str, Any], end: Optional[Any] = None) -> str:
+    """How a replay ended: non-finite at step k, or its end loss."""
+    if outcome.get("finite") is False:
+        step = outcome.get("first_nonfinite_step")
+        return f"non-finite at step {step}" if step is not None else "non-finite"
+    end = end if end is not None else outcome.get("loss_end")
+    return f"end loss {figure(_number(end))}" if end is not None else "nothing measured"
+
+
+def _evidence(report: Report) -> str:
+    """No fix was replayed for this verdict (a data check, a located op): the last evidence node's answer."""
+    decisions = {d.node: d for d in report.decisions}
+    for node in reversed(report.evidence):
+        decision = decisions.get(node)
+        if decision is None:
+            continue
+        figures = figure_words(decision, node)
+        said = f' "{decision.answer}"' if decision.answer else ""
+        return f"measured directly at {node}, no fix replayed:{said}" + (f" ({figures})" if figures else "")
+    return "none: no fix was replayed"
+
+
+def _title(report: Report, node: str) -> Optional[str]:
+    for graph_node in report.flowchart.nodes:
+        if graph_node.id == node:
+            return graph_node.title
+        for candidate in graph_node.candidates:
+            if candidate.id == node:
+                return candidate.title
+    return None
+
+
+def _number(value: Any) -> Any:
+    """report.json carries NaN and inf as strings."""
+    return float(value) if value in ("NaN", "Infinity", "-Infinity", "nan", "inf", "-inf") else value
+
