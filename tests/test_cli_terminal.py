@@ -123,7 +123,7 @@ def _said(result) -> str:
 
 def _line(result, label: str) -> str:
     """The verdict line that starts with `label:`, wrapping undone."""
-    return re.search(rf"{label}:\s+(.*?)(?= (Fix|Where|Proof|Report):|$)", _said(result)).group(1)
+    return re.search(rf"{label}:\s+(.*?)(?= (Fix|Where|Proof|Evidence|Report):|$)", _said(result)).group(1)
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +180,8 @@ def test_a_loop_bug_verdict_names_the_bug_and_where_train_step_is(leaky, project
     assert fix.startswith("Call optimizer.zero_grad() every step in train_step (mymod.py:%d)" % line)
     assert "the gradients accumulate across steps" in fix
     assert _line(result, "Where") == f"mymod.py:{line}"
-    assert _line(result, "Proof").startswith('measured directly at loop, no fix replayed: "no: its gradients '
-                                             'accumulate across steps"')
+    assert _line(result, "Evidence").startswith('measured at loop, no fix replayed: "no: its gradients '
+                                                'accumulate across steps" (has train step, grads accumulate)')
 
 
 def test_verbose_adds_the_raw_figures_and_the_branch_condition(leaky):

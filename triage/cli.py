@@ -54,7 +54,7 @@ def _finish(report, files, output: Output) -> None:
     console.print(f"\n[bold]{escape(report.title)}[/] ([cyan]{report.root_cause}[/], {report.confidence} confidence)",
                   highlight=False)
     for label, text in [*verdict_lines(report), ("Report", str(files["html"]))]:
-        console.print(f"[bold]{label + ':':<7}[/] {escape(text)}", highlight=False)
+        console.print(f"[bold]{label + ':':<9}[/] {escape(text)}", highlight=False)
 
 
 @app.command()

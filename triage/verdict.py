@@ -12,8 +12,10 @@ _NOT_LOCATED = "not narrowed to a module, batch or parameter"
 
 
 def verdict_lines(report: Report) -> list[tuple[str, str]]:
-    """(label, text) pairs, one line each: Fix, Where, Proof."""
-    return [("Fix", report.fix), ("Where", where(report)), ("Proof", proof(report))]
+    """(label, text) pairs, one line each: Fix, Where, and Proof (the fix's own experiment) or, where no fix
+    was replayed (a data or loop check, a located op, a healthy run), Evidence."""
+    return [("Fix", report.fix), ("Where", where(report)),
+            ("Proof" if report.experiment(report.proof or "") else "Evidence", proof(report))]
 
 
 def where(report: Report, shown: int = 3) -> str:
@@ -61,16 +63,16 @@ def _state(outcome: dict[str, Any], end: Optional[Any] = None) -> str:
 
 
 def _evidence(report: Report) -> str:
-    """No fix was replayed for this verdict (a data check, a located op): the last evidence node's answer."""
+    """No fix was replayed for this verdict: what the evidence measured, from the last evidence node whose
+    branch found something (the first evidence node where none did, as for a healthy run)."""
     decisions = {d.node: d for d in report.decisions}
-    for node in reversed(report.evidence):
-        decision = decisions.get(node)
-        if decision is None:
-            continue
-        figures = figure_words(decision, node)
-        said = f' "{decision.answer}"' if decision.answer else ""
-        return f"measured directly at {node}, no fix replayed:{said}" + (f" ({figures})" if figures else "")
-    return "none: no fix was replayed"
+    found = [decisions[n] for n in report.evidence if n in decisions]
+    decision = next((d for d in reversed(found) if d.when is not None), found[0] if found else None)
+    if decision is None:
+        return "no experiment to show"
+    figures = figure_words(decision, decision.node)
+    said = f' "{decision.answer}"' if decision.answer else ""
+    return f"measured at {decision.node}, no fix replayed:{said}" + (f" ({figures})" if figures else "")
 
 
 def _title(report: Report, node: str) -> Optional[str]:
