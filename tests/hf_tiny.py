@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,7 @@ def train_and_save(model, out: Path, steps: int = 2) -> Path:
 def trainer_out() -> Path:
     import tempfile
 
-    return Path(tempfile.gettempdir()) / "triage-hf-tiny"
+    return Path(tempfile.gettempdir()) / f"triage-hf-tiny-{os.getpid()}"  # one per test worker
 
 
 def diverging_trainer() -> "transformers.Trainer":

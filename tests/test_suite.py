@@ -175,3 +175,29 @@ def test_runner_triages_a_valid_case_in_process(tmp_path):
     assert (Path(result.report) / "report.json").exists()
     excluded = run_case(("exploding_gradients-mlp-adamw-mild-0", str(tmp_path / "cache"), None, True))
     assert not excluded.valid and excluded.predicted is None and excluded.validity.reason
+
+
+# --- triage on a sample of the suite (regression guard; the measurement is `benchmarks/suite.py`) ----
+
+# One tune-split case per cause, the quickest of each cause to triage (chosen for CI time, from
+# a run where triage named each right: a guard against regressions, not an accuracy figure).
+# wrong_loss has none: a fault inside loss_fn is a known miss (see benchmarks/suite/README.md).
+CI_CASES = [
+    "bad_batch-tabular_regressor-sgd-severe-0", "bad_initialization-mlp-adamw-mild-0",
+    "clipping_too_aggressive-tabular_regressor-sgd-severe-0", "dead_relu-tabular_regressor-sgd-severe-0",
+    "fp16_overflow-mlp-adamw-severe-0", "frozen_parameters-mlp-sgd-mild-0", "healthy-tabular_regressor-adamw-severe-1",
+    "label_bug-cnn_bn-adamw-mild-0", "loop_bug-mlp-adamw-severe-0", "lr_schedule_decayed-mlp-adamw-mild-0",
+    "lr_too_high-mlp-sgd-severe-0", "lr_too_low-tabular_regressor-sgd-severe-0",
+    "no_gradient_flow-tabular_regressor-adamw-severe-0", "nonfinite_data-tabular_regressor-sgd-mild-0",
+    "numerical_instability-cnn_bn-sgd-severe-0", "overfitting-tabular_regressor-sgd-mild-0",
+    "train_val_overlap-mlp-sgd-severe-0", "vanishing_gradients-resnet-sgd-mild-0",
+    "weight_decay_too_high-mlp-sgd-severe-0",
+]
+
+
+@pytest.mark.parametrize("case_id", CI_CASES)
+def test_triage_names_the_injected_cause(case_id, tmp_path):
+    result = run_case((case_id, str(tmp_path / "cache"), None, True))
+    assert result.split == "tune" and result.valid, result.validity.reason
+    assert result.error is None, result.error
+    assert result.predicted == result.expected, (result.predicted, result.confidence, result.path)

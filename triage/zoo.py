@@ -73,6 +73,9 @@ def demo_checkpoint(name: str) -> Path:
     """The example's checkpoint, written on first use (and again whenever the example's code changes)."""
     source = example_path(name).read_bytes() + (examples_dir() / "_zoo.py").read_bytes()
     path = cache_dir() / f"{name}-{hashlib.sha256(source).hexdigest()[:10]}.pt"
-    if not path.exists():
-        load_example(name).write_checkpoint(path)
+    if not path.exists():  # written beside it, then renamed: a concurrent reader never sees half a file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.part")
+        load_example(name).write_checkpoint(partial)
+        os.replace(partial, path)
     return path
