@@ -109,6 +109,7 @@ def test_each_rank_reaches_the_root_cause_and_rank_0_alone_writes_the_report(wal
     assert written["root_cause"] == example.ROOT_CAUSE
     assert written["environment"]["distributed"]["world_size"] == 2
     assert written["environment"]["distributed"]["backend"] == "gloo"
+    assert written["environment"]["distributed"]["launch"].startswith("torchrun --nproc-per-node 2 -m triage run")
     for key, value in getattr(example, "LOCATION", {}).items():
         assert report["location"][key] == value, report["location"]
 
@@ -124,6 +125,17 @@ def test_the_wrapper_and_checkpoint_layout_are_reported(walks):
     assert walks[0]["healthy_fsdp2"]["report"]["checkpoint"]["layout"] == "dcp"
     assert walks[0]["healthy_ddp"]["report"]["environment"]["distributed"]["wrapper"] == "ddp"
     assert walks[0]["replicas_unwrapped"]["report"]["environment"]["distributed"]["wrapper"] == "plain"
+
+
+def test_a_process_group_started_without_torchrun_reproduces_as_torchrun(monkeypatch):
+    from triage.distributed.launch import launch_command
+    from triage.distributed.ranks import TORCHRUN_VARIABLES
+
+    for name in (*TORCHRUN_VARIABLES, "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    args = ["run", "--entry", "m:setup"]
+    assert launch_command(args, world_size=4) == "torchrun --nproc-per-node 4 -m triage run --entry m:setup"
+    assert launch_command(args) == "triage run --entry m:setup"
 
 
 def test_a_nonfinite_value_on_one_rank_is_located_on_that_rank(walks):
