@@ -40,6 +40,9 @@ CASES = [
     ("replicas_ignored_param", "replicas_ignored_param", "setup", "write_checkpoint"),
     ("replicas_rank_seed", "replicas_rank_seed", "setup", "write_checkpoint"),
     ("nonfinite_one_rank", "nonfinite_one_rank", "setup", "write_checkpoint"),
+    # across layouts: rank 0's full state dict into FSDP2 (each rank keeps its shard), FSDP2's DCP folder into DDP
+    ("healthy_fsdp2_from_full", "healthy", "fsdp_setup", "write_checkpoint"),
+    ("healthy_ddp_from_dcp", "healthy", "setup", "write_fsdp_checkpoint"),
 ]
 # The fixed runs, through the distributed checks alone: what each check measures once the fault is fixed.
 FIXED = ["identical_rank_data", "epoch_order_repeated", "replicas_unwrapped", "replicas_ignored_param",
@@ -125,6 +128,8 @@ def test_the_wrapper_and_checkpoint_layout_are_reported(walks):
     assert walks[0]["healthy_fsdp2"]["report"]["checkpoint"]["layout"] == "dcp"
     assert walks[0]["healthy_ddp"]["report"]["environment"]["distributed"]["wrapper"] == "ddp"
     assert walks[0]["replicas_unwrapped"]["report"]["environment"]["distributed"]["wrapper"] == "plain"
+    assert walks[0]["healthy_ddp_from_dcp"]["report"]["checkpoint"]["layout"] == "dcp"
+    assert walks[0]["healthy_fsdp2_from_full"]["report"]["environment"]["distributed"]["wrapper"] == "fsdp2"
 
 
 def test_a_process_group_started_without_torchrun_reproduces_as_torchrun(monkeypatch):
