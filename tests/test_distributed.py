@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import subprocess
 import sys
@@ -83,6 +84,13 @@ def _walk_everything(folder: str) -> dict:
         report, _ = triage.run(f"{EXAMPLES / name}.py:fixed_setup", None, out=folder / f"fixed-{name}",
                                playbook=playbook, rank_timeout=60)
         out[f"fixed-{name}"] = {"report": report.data()}
+    # The one-rank NaN's fix (an eps in the norm): the run's own loop on both ranks from setup()'s init, 40
+    # steps over the 12-batch snapshot (the blank example's batch at steps 2, 14, 26 and 38).
+    example = load_example("nonfinite_one_rank", EXAMPLES)
+    from _dist_zoo import train
+
+    out["nonfinite_one_rank-trained"] = {kind: train(getattr(example, kind)(), steps=40)
+                                         for kind in ("setup", "fixed_setup")}
     dist.destroy_process_group()
     return out
 
@@ -154,6 +162,12 @@ def test_a_nonfinite_value_on_one_rank_is_located_on_that_rank(walks):
     html = Path(rank0["files"]["html"]).read_text()
     assert 'id="ranks"' in html and f"the first non-finite value appeared on rank {example.RANK}" in html
     assert f"starts on rank {example.RANK}" in Path(rank0["files"]["md"]).read_text()
+
+
+def test_an_eps_in_the_norm_fixes_the_nonfinite_value_on_one_rank(walks):
+    faulty, fixed = (walks[0]["nonfinite_one_rank-trained"][kind] for kind in ("setup", "fixed_setup"))
+    assert len(faulty) == 3 and not math.isfinite(faulty[-1])  # NaN at step 2, the blank example's batch
+    assert len(fixed) == 40 and all(math.isfinite(x) for x in fixed) and fixed[-1] < 0.9 * fixed[0]
 
 
 def test_the_report_shows_each_ranks_loss_where_ranks_differ(walks):
