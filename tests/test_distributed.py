@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import subprocess
 import sys
@@ -40,6 +41,9 @@ CASES = [
     ("replicas_ignored_param", "replicas_ignored_param", "setup", "write_checkpoint"),
     ("replicas_rank_seed", "replicas_rank_seed", "setup", "write_checkpoint"),
     ("nonfinite_one_rank", "nonfinite_one_rank", "setup", "write_checkpoint"),
+    # across layouts: rank 0's full state dict into FSDP2 (each rank keeps its shard), FSDP2's DCP folder into DDP
+    ("healthy_fsdp2_from_full", "healthy", "fsdp_setup", "write_checkpoint"),
+    ("healthy_ddp_from_dcp", "healthy", "setup", "write_fsdp_checkpoint"),
 ]
 # The fixed runs, through the distributed checks alone: what each check measures once the fault is fixed.
 FIXED = ["identical_rank_data", "epoch_order_repeated", "replicas_unwrapped", "replicas_ignored_param",
@@ -80,6 +84,13 @@ def _walk_everything(folder: str) -> dict:
         report, _ = triage.run(f"{EXAMPLES / name}.py:fixed_setup", None, out=folder / f"fixed-{name}",
                                playbook=playbook, rank_timeout=60)
         out[f"fixed-{name}"] = {"report": report.data()}
+    # The one-rank NaN's fix (an eps in the norm): the run's own loop on both ranks from setup()'s init, 40
+    # steps over the 12-batch snapshot (the blank example's batch at steps 2, 14, 26 and 38).
+    example = load_example("nonfinite_one_rank", EXAMPLES)
+    from _dist_zoo import train
+
+    out["nonfinite_one_rank-trained"] = {kind: train(getattr(example, kind)(), steps=40)
+                                         for kind in ("setup", "fixed_setup")}
     dist.destroy_process_group()
     return out
 
@@ -109,6 +120,7 @@ def test_each_rank_reaches_the_root_cause_and_rank_0_alone_writes_the_report(wal
     assert written["root_cause"] == example.ROOT_CAUSE
     assert written["environment"]["distributed"]["world_size"] == 2
     assert written["environment"]["distributed"]["backend"] == "gloo"
+    assert written["environment"]["distributed"]["launch"].startswith("torchrun --nproc-per-node 2 -m triage run")
     for key, value in getattr(example, "LOCATION", {}).items():
         assert report["location"][key] == value, report["location"]
 
@@ -124,6 +136,19 @@ def test_the_wrapper_and_checkpoint_layout_are_reported(walks):
     assert walks[0]["healthy_fsdp2"]["report"]["checkpoint"]["layout"] == "dcp"
     assert walks[0]["healthy_ddp"]["report"]["environment"]["distributed"]["wrapper"] == "ddp"
     assert walks[0]["replicas_unwrapped"]["report"]["environment"]["distributed"]["wrapper"] == "plain"
+    assert walks[0]["healthy_ddp_from_dcp"]["report"]["checkpoint"]["layout"] == "dcp"
+    assert walks[0]["healthy_fsdp2_from_full"]["report"]["environment"]["distributed"]["wrapper"] == "fsdp2"
+
+
+def test_a_process_group_started_without_torchrun_reproduces_as_torchrun(monkeypatch):
+    from triage.distributed.launch import launch_command
+    from triage.distributed.ranks import TORCHRUN_VARIABLES
+
+    for name in (*TORCHRUN_VARIABLES, "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    args = ["run", "--entry", "m:setup"]
+    assert launch_command(args, world_size=4) == "torchrun --nproc-per-node 4 -m triage run --entry m:setup"
+    assert launch_command(args) == "triage run --entry m:setup"
 
 
 def test_a_nonfinite_value_on_one_rank_is_located_on_that_rank(walks):
@@ -137,6 +162,12 @@ def test_a_nonfinite_value_on_one_rank_is_located_on_that_rank(walks):
     html = Path(rank0["files"]["html"]).read_text()
     assert 'id="ranks"' in html and f"the first non-finite value appeared on rank {example.RANK}" in html
     assert f"starts on rank {example.RANK}" in Path(rank0["files"]["md"]).read_text()
+
+
+def test_an_eps_in_the_norm_fixes_the_nonfinite_value_on_one_rank(walks):
+    faulty, fixed = (walks[0]["nonfinite_one_rank-trained"][kind] for kind in ("setup", "fixed_setup"))
+    assert len(faulty) == 3 and not math.isfinite(faulty[-1])  # NaN at step 2, the blank example's batch
+    assert len(fixed) == 40 and all(math.isfinite(x) for x in fixed) and fixed[-1] < 0.9 * fixed[0]
 
 
 def test_the_report_shows_each_ranks_loss_where_ranks_differ(walks):

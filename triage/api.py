@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import shlex
 from pathlib import Path
 from typing import Any, Optional, Union
 
 import pydantic
 
+from triage.distributed.launch import launch_command
 from triage.distributed.ranks import DEFAULT_RANK_TIMEOUT_S, joined
 from triage.distributed.session import open_on_every_rank
 from triage.engine import Listener, walk
@@ -53,7 +53,7 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
         if ranks.writes_report:
             out = _writable_dir(out)
         name = entry if isinstance(entry, str) else entry_name(entry)
-        command = command or _command(name, checkpoint, playbook, steps, seed)
+        command = command or _command(name, checkpoint, playbook, steps, seed, ranks.world_size)
         where = str(checkpoint) if checkpoint else None
         journal = Journal(session, book, command, where, out) if ranks.writes_report else None
         result = walk(session, book, listener, journal=journal)
@@ -128,8 +128,9 @@ def default_out_dir() -> Path:
     return Path("reports") / stamp
 
 
-def _command(entry, checkpoint, playbook, steps, seed) -> str:
-    parts = ["triage", "run", "--entry", entry]
+def _command(entry, checkpoint, playbook, steps, seed, world_size: int = 1) -> str:
+    """The CLI command that reproduces this triage (torchrun's, in a distributed run)."""
+    parts = ["run", "--entry", entry]
     if checkpoint:
         parts += ["--checkpoint", str(checkpoint)]
     if playbook:
@@ -137,4 +138,4 @@ def _command(entry, checkpoint, playbook, steps, seed) -> str:
     if steps:
         parts += ["--steps", str(steps)]
     parts += ["--seed", str(seed)]
-    return shlex.join(parts)
+    return launch_command(parts, world_size)

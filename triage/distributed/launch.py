@@ -50,12 +50,14 @@ def launch(nproc_per_node: int, argv: list[str]) -> int:
     return 0
 
 
-def launch_command(argv: list[str]) -> str:
-    """How this rank was launched, as a command to reproduce the triage: torchrun with the run's shape."""
-    if not launched_by_torchrun():
+def launch_command(argv: list[str], world_size: int = 1) -> str:
+    """How this rank was launched, as a command to reproduce the triage: torchrun with the run's shape
+    (under torchrun, or in a process group of `world_size` ranks started some other way), else triage."""
+    if not launched_by_torchrun() and world_size <= 1:
         return shlex.join(["triage", *argv])
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-    nodes = max(1, int(os.environ.get("WORLD_SIZE", per_node)) // max(per_node, 1))
+    world = int(os.environ.get("WORLD_SIZE", world_size))
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    nodes = max(1, world // max(per_node, 1))
     shape = ["--nnodes", str(nodes)] if nodes > 1 else []
     return shlex.join(["torchrun", *shape, "--nproc-per-node", str(per_node), "-m", "triage", *argv])
 
