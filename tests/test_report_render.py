@@ -15,7 +15,7 @@ from triage.engine import walk
 from triage.errors import ReportError
 from triage.history import HistoryPoint
 from triage.playbook import load_playbook
-from triage.records import Decision, ExperimentRun
+from triage.records import Clause, Decision, ExperimentRun
 from triage.report import Report, read_report, write_report
 from triage.report import flowchart, plots
 from triage.report.build import build_report
@@ -98,7 +98,8 @@ def crafted_report(name: str = "node", n_experiments: int = 4, steps: int = 40, 
     leaf = "lr_too_high"
     path = nodes[:2] + [leaf]
     decisions = [Decision(node=nodes[0], goto=nodes[1], when=f"{nodes[0]}.max_rise > 1.0 or {nodes[0]}.finite",
-                          figures={f"{nodes[0]}.max_rise": 0.5, f"{nodes[0]}.finite": True}),
+                          figures={f"{nodes[0]}.max_rise": 0.5, f"{nodes[0]}.finite": True},
+                          held=[Clause(text=f"{nodes[0]}.finite", refs=[f"{nodes[0]}.finite"])]),
                  Decision(node=nodes[1], goto=leaf, when=None, figures={f"{nodes[1]}.finite": True})]
     graph_nodes = [GraphNode(id=n, kind="run", label="replay", title=f"Question {text}?") for n in all_nodes]
     graph_nodes.append(GraphNode(id=leaf, kind="leaf", label=leaf))
@@ -193,10 +194,21 @@ def test_html_survives_outcomes_missing_keys_or_odd_shapes(tmp_path):
     assert 'id="exp-3"' in html and "timeout" in html
 
 
-def test_key_figures_name_the_clause_that_held():
+def test_key_figures_name_the_clause_the_engine_found_held():
     report = crafted_report(name="n")
     # `n0.max_rise > 1.0 or n0.finite` held through `finite` alone (max_rise was 0.5).
     assert key_figures(report) == [("n0.finite", "true")]
+
+
+def test_key_figures_come_from_the_engine_not_from_rounded_figures():
+    # max_rise was 1.00001: it shows as 1 at four digits, yet `> 1.0` held. The report names the clause
+    # the engine recorded instead of re-evaluating the condition on the rounded figure.
+    report = crafted_report(name="n")
+    decision = Decision(node="n0", goto="n1", when="n0.max_rise > 1.0 or n0.finite",
+                        figures={"n0.max_rise": 1.0, "n0.finite": False},
+                        held=[Clause(text="n0.max_rise > 1.0", refs=["n0.max_rise"])])
+    report = report.model_copy(update={"decisions": [decision, *report.decisions[1:]]})
+    assert key_figures(report) == [("n0.max_rise", "1")]
 
 
 # --- escaping and self-containment --------------------------------------------------------------

@@ -19,7 +19,7 @@ import torch
 from triage.distributed.settle import RankFailure, settle
 from triage.experiments import Context, Outcome
 from triage.playbook import Playbook
-from triage.records import CandidateResult, Confidence, Decision, ExperimentRun, SetupFacts
+from triage.records import CandidateResult, Clause, Confidence, Decision, ExperimentRun, SetupFacts
 from triage.playbook.schema import DecisionNode, DifferentialNode, LeafNode, RunNode
 from triage.session import Session
 
@@ -241,7 +241,8 @@ def _decide(playbook: Playbook, node: str, read) -> Decision:
             return Decision(node=node, goto=target, when=None, figures=figures, errors=errors)
         figures.update({f"{n}.{name}": _figure(read(n, name)) for n, name in sorted(condition.refs)})
         if condition.evaluate(read, errors):
-            return Decision(node=node, goto=target, when=condition.text, figures=figures, errors=errors)
+            return Decision(node=node, goto=target, when=condition.text, figures=figures, errors=errors,
+                            held=[Clause(text=text, refs=refs) for text, refs in condition.held(read)])
     raise AssertionError("a validated run node always has an `otherwise` edge")
 
 

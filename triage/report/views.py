@@ -6,13 +6,11 @@ strings); everything here reads them defensively, so a missing key leaves a blan
 
 from __future__ import annotations
 
-import ast
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from triage.playbook.conditions import ConditionError, parse_condition
 from triage.records import Decision, ExperimentRun
 from triage.report import plots
 from triage.report.differential import DifferentialView, differential_views
@@ -416,8 +414,8 @@ def _line_number(source: str) -> Optional[int]:
 
 
 def key_figures(report: Report, limit: int = 5) -> list[tuple[str, str]]:
-    """The figures that decided the verdict: those the conditions that held on the path read
-    (of an `or`, only the clauses that held), the proof's first, then the other evidence."""
+    """The figures that decided the verdict: those the clauses that held on the path read (as the
+    engine recorded them), the proof's first, then the other evidence."""
     order = [report.proof] if report.proof else []
     order += [n for n in report.evidence if n not in order]
     held = {d.node: d for d in report.decisions if d.when is not None}
@@ -433,33 +431,13 @@ def key_figures(report: Report, limit: int = 5) -> list[tuple[str, str]]:
 
 
 def deciding_refs(decision: Decision) -> list[str]:
-    """`node.field` references of the clauses that made `decision.when` hold, in reading order."""
-    try:
-        tree = ast.parse(decision.when or "", mode="eval").body
-    except SyntaxError:
+    """`node.field` figures of the clauses that made `decision.when` hold, as the engine recorded them.
+    A report written before the engine recorded its clauses (schema 1.2) names every figure read."""
+    if decision.when is None:
         return []
-
-    def lookup(node: str, name: str) -> Any:
-        value = decision.figures.get(f"{node}.{name}")
-        # report.json carries NaN and inf as strings; the condition compared numbers.
-        return plots.number(value) if value in ("NaN", "Infinity", "-Infinity") else value
-
-    def holds(clause: ast.expr) -> bool:
-        try:
-            return parse_condition(ast.unparse(clause)).evaluate(lookup)
-        except (ConditionError, TypeError, ValueError):
-            return True  # unsure: show its figures rather than hide them
-
-    def refs(node: ast.expr) -> list[ast.Attribute]:
-        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
-            chosen = [v for v in node.values if holds(v)] or node.values
-            return [a for v in chosen for a in refs(v)]
-        if isinstance(node, ast.BoolOp):
-            return [a for v in node.values for a in refs(v)]
-        return [a for a in ast.walk(node) if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name)]
-
-    ordered = sorted(refs(tree), key=lambda a: a.col_offset)
-    return list(dict.fromkeys(f"{a.value.id}.{a.attr}" for a in ordered))
+    if not decision.held:
+        return list(decision.figures)
+    return list(dict.fromkeys(ref for clause in decision.held for ref in clause.refs))
 
 
 def summary_views(report: Report) -> dict[str, Any]:
