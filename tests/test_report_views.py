@@ -202,3 +202,20 @@ def test_a_report_from_schema_1_2_still_renders(tmp_path):
     html = write_report(read_report(path), tmp_path / "out")["html"].read_text()
     assert "Learning rate too high" in html and 'id="exp-1"' in html
     assert "n0.finite" in html  # a decision without recorded clauses shows every figure it read
+
+
+def test_a_search_is_shown_against_the_run_its_fix_is_verified_against():
+    from tests.test_report_render import replay_outcome
+    from triage.records import ExperimentRun
+    from triage.report.views import build_views
+
+    base = crafted_report(name="n")
+    search = ExperimentRun(node="lower_lr", experiment="lr_search", status="ok", seconds=1.0,
+                           params={"steps": 40, "against": "n0", "direction": "down"},
+                           outcome=replay_outcome([2.0 * 0.9 ** s for s in range(40)], chosen="lr x0.1",
+                                                  against="n0"))
+    report = base.model_copy(update={"experiments": [*base.experiments, search], "proof": "lower_lr"})
+    views = build_views(report)
+    # A different experiment than the baseline's, yet compared with it: the run it was verified against.
+    assert views.proof.reference == "n0" and views.proof.changes == ["lr x0.1"]
+    assert views.proof_table and "lower_lr (with the fix)" in views.proof_plot and "n0 (as the run)" in views.proof_plot

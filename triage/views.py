@@ -86,6 +86,8 @@ class Curve(_Frozen):
                                    "draw it, and the one-line summary reads `start` and `end`.")
     start: Optional[str] = Field(default=None, description="A number field: where the curve started (summary).")
     end: Optional[str] = Field(default=None, description="A number field: where it ended (summary).")
+    setting: Optional[str] = Field(default=None, description="A string field naming what this run changed (a "
+                                                            "search's chosen trial): the report's 'Changed'.")
     caption: str = ""
 
     def shows(self) -> list[str]:
@@ -176,6 +178,8 @@ def _wanted(view: Any) -> Iterator[tuple[str, str]]:
         for name in (view.threshold, view.nonfinite_step, view.start, view.end):
             if name:
                 yield name, "number"
+        if view.setting:
+            yield view.setting, "text"
     elif isinstance(view, Bars):
         if view.value:
             yield view.field, f"records:{view.value}" + (f",{view.labels}" if view.labels else "")
@@ -205,6 +209,8 @@ def _misfit(outcome: type[BaseModel], field: str, wanted: str) -> Optional[str]:
         return None
     if wanted == "number":
         return None if _is_number(kind) else f"declares it as {_name(kind)}, not a number"
+    if wanted == "text":
+        return None if kind is str else f"declares it as {_name(kind)}, not a str"
     if not _is_list(kind):
         return f"declares it as {_name(kind)}, not a list"
     item = _optional(get_args(kind)[0]) if get_args(kind) else Any

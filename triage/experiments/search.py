@@ -116,7 +116,9 @@ def _trial(setting: str, o: ReplayOutcome) -> Trial:
                  fix_works=o.fix_works)
 
 
-SEARCH_VIEWS = REPLAY_VIEWS + (
+# A replay's views, the headline naming the trial chosen as what this run changed.
+SEARCH_VIEWS = tuple(v.model_copy(update={"setting": "chosen"}) if getattr(v, "headline", False) else v
+                     for v in REPLAY_VIEWS) + (
     Table(title="Every trial, in the order run", fields=("trials",),
           columns=("setting", "finite", "loss_end", "improvement", "fix_works")),
 )

@@ -32,6 +32,7 @@ class PathStep:
     winner: Optional[str] = None  # a differential node: the candidate that won
     winner_cause: Optional[str] = None
     tried: int = 0  # a differential node: candidates tried
+    measured: str = ""  # a node whose branches read no figure: what its experiment measured, in a line
     errors: list[str] = field(default_factory=list)
 
 
@@ -50,10 +51,15 @@ class PathView:
     nodes: int  # in the playbook
 
 
-def path_view(report: Report, anchors: dict[str, str]) -> PathView:
+def path_view(report: Report, measured: dict[str, str]) -> PathView:
+    """The walk, step by step; `measured`: each experiment's one-line summary, for a node whose
+    branches read no figure (its experiment is read by a later decision node)."""
     nodes = {n.id: n for n in report.flowchart.nodes}
     causes = {n.id: n.label for n in report.flowchart.nodes if n.kind == "leaf"}
     steps = [_step(i + 1, d, nodes, causes) for i, d in enumerate(report.decisions)]
+    for step in steps:
+        if not step.figures and not step.hidden and step.kind == "run":
+            step.measured = measured.get(step.node, "")
     last = report.path[-1] if report.path else None
     end = None
     if last is not None and (not report.decisions or report.decisions[-1].goto == last):
@@ -87,10 +93,14 @@ def _step(index: int, decision: Decision, nodes: dict, causes: dict[str, str]) -
 
 
 def deciding_refs(decision: Decision) -> list[str]:
-    """`node.field` figures of the clauses that made `decision.when` hold, as the engine recorded them.
-    A report written before the engine recorded its clauses (schema 1.2) names every figure read."""
+    """`node.field` figures of the clauses that made `decision.when` hold, as the engine recorded them;
+    at a differential node, the winner's verdict. A report written before the engine recorded its
+    clauses (schema 1.2) names every figure read."""
     if decision.when is None:
         return []
+    if decision.candidates:
+        winner = next((c.id for c in decision.candidates if c.winner), None)
+        return [k for k in decision.figures if winner is not None and k.startswith(winner + ".")]
     if not decision.held:
         return list(decision.figures)
     return list(dict.fromkeys(ref for clause in decision.held for ref in clause.refs))

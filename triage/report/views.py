@@ -123,7 +123,7 @@ def build_views(report: Report) -> Views:
             run=run, index=i + 1, anchor=anchors[run.node], title=titles.get(run.node), role=role,
             reference=reference.node if reference and reference.node != run.node else None,
             compared=any(references[o.node].node == run.node for o in report.experiments if o.node != run.node),
-            changes=changes(run, reference),
+            changes=changes(report, run, reference),
             measured=measured(report, run, _own_figures(decisions.get(run.node), run.node)),
             figures=[(k, format_figure(v), (run.node, k) in read) for k, v in scalars(run.outcome, shown)],
             plots=[d for d in drawn if isinstance(d, Plot)],
@@ -139,7 +139,8 @@ def build_views(report: Report) -> Views:
         overview_plot=_overview_plot(report, references),
         history_plot=_history_plot(report),
         location=_location(report), source=_source(report, experiments),
-        key_figures=key_figures(report), path=path_view(report, anchors), titles=titles,
+        key_figures=key_figures(report), path=path_view(report, {e.run.node: e.measured for e in experiments}),
+        titles=titles,
         differentials=differential_views(report, lambda run: headline_values(report, run)),
         ranks=rank_section(report),
     )
@@ -325,12 +326,19 @@ def measured(report: Report, run: ExperimentRun, read: Optional[dict[str, Any]] 
     return ", ".join(f"{k.replace('_', ' ')} {format_figure(v)}" for k, v in single[:3]) or "nothing measured"
 
 
-def changes(run: ExperimentRun, reference: Optional[ExperimentRun]) -> list[str]:
-    """What this experiment changed against its reference (same experiment, first on the path)."""
+def changes(report: Report, run: ExperimentRun, reference: Optional[ExperimentRun]) -> list[str]:
+    """What this experiment changed against its reference: the setting its headline curve names (a
+    search's chosen trial), else its parameters that differ from the reference's."""
     if reference is None or reference.node == run.node:
         return []
+    view = headline(report, run)
+    setting = (run.outcome or {}).get(view.setting) if view and view.setting else None
+    if isinstance(setting, str) and setting:
+        return [setting]
+    same_kind = run.experiment == reference.experiment
     return [describe_change(k, v) for k, v in run.params.items()
-            if k not in _VERIFICATION_PARAMS and (reference.params.get(k, v) != v or k not in reference.params)]
+            if k not in _VERIFICATION_PARAMS and v is not None
+            and ((k in reference.params and reference.params[k] != v) or (k not in reference.params and same_kind))]
 
 
 def _own_figures(decision: Optional[Decision], node: str) -> dict[str, Any]:
@@ -338,13 +346,17 @@ def _own_figures(decision: Optional[Decision], node: str) -> dict[str, Any]:
 
 
 def _references(report: Report) -> dict[str, ExperimentRun]:
-    """Each experiment's reference: the first run of the same experiment on the path that starts
-    from the checkpoint (the baseline; a replay from a fresh init is an intervention, not a reference)."""
+    """Each experiment's reference: the run its fix is verified against (its `against` parameter), else
+    the first run of the same experiment on the path that starts from the checkpoint (the baseline; a
+    replay from a fresh init is an intervention, not a reference)."""
+    runs = {run.node: run for run in report.experiments}
     first: dict[str, ExperimentRun] = {}
     for run in report.experiments:
         if run.params.get("init", "checkpoint") == "checkpoint":
             first.setdefault(run.experiment, run)
-    return {run.node: first.get(run.experiment, run) for run in report.experiments}
+    paired = {run.node: runs.get(run.params.get("against")) if isinstance(run.params.get("against"), str) else None
+              for run in report.experiments}
+    return {run.node: paired[run.node] or first.get(run.experiment, run) for run in report.experiments}
 
 
 def _headline_series(report: Report, run: ExperimentRun, color: str, label: str, **kw) -> Optional[plots.Series]:
@@ -467,7 +479,7 @@ def summary_views(report: Report) -> dict[str, Any]:
     reference = references.get(report.proof) if proof else None
     return {
         "proof": proof,
-        "proof_changes": changes(proof, reference) if proof else [],
+        "proof_changes": changes(report, proof, reference) if proof else [],
         "proof_measured": measured(report, proof) if proof else "",
         "reference": reference if reference and proof and reference.node != proof.node else None,
         "proof_table": _proof_table(report, proof, reference),
