@@ -35,6 +35,15 @@ def test_true_decides_an_or_even_with_unknown():
     assert parse_condition("base.missing > 1 or base.ratio > 1").evaluate(read) is True
 
 
+def test_held_names_the_clauses_that_held_on_the_unrounded_figures():
+    values = {("b", "finite"): True, ("b", "rise"): 1.00001, ("b", "top"): 5.0, ("i", "loss"): None}
+    condition = parse_condition("not b.finite or (b.rise > 1.0 and (i.loss == none or b.top > 0.1 * i.loss))")
+    look = lambda node, field: values[(node, field)]  # noqa: E731
+    # 1.00001 shows as 1 at four digits, yet it held: the clause is named from the engine's evaluation.
+    assert condition.evaluate(look)
+    assert condition.held(look) == [("b.rise > 1.0", ["b.rise"]), ("i.loss == none", ["i.loss"])]
+
+
 def test_references_are_collected():
     assert parse_condition("a.x > 1 and not b.y").refs == {("a", "x"), ("b", "y")}
 

@@ -104,7 +104,7 @@ def test_division_by_a_zero_norm_is_named_in_the_forward():
     assert "div" in out.op
     assert out.source.endswith(f"test_exp_locate.py:{_line_of('unit-norm-div')}")
     assert "x.norm(dim=-1" in out.source_line
-    assert any(line.startswith(">") and "x.norm" in line for line in out.source_context)
+    assert any(line.is_culprit and "x.norm" in line.text for line in out.source_context)
     _assert_clean(model)
 
 
@@ -185,6 +185,19 @@ def test_a_diverging_run_is_followed_to_the_op_that_overflows():
     assert out.op == "nn.functional.mse_loss"  # the squared error of a huge output overflows
     assert out.source.endswith(f"test_exp_locate.py:{_line_of('mse-loss')}")
     assert out.nonfinite_parameters == []
+
+
+def test_a_bare_sequential_index_is_named_with_its_type_and_the_layer_before_it():
+    model = nn.Sequential(nn.Linear(8, 8, bias=False), UnitNorm(eps=0.0), nn.Linear(8, 1))
+    out = LOCATE_NONFINITE.measure(_context(model, _batches(zero_row_in=1)), LocateParams(steps=5))
+    assert out.module == "1" and out.module_type == "UnitNorm"
+    assert (out.previous_module, out.previous_module_type) == ("0", "Linear")
+
+
+def test_a_named_module_needs_no_neighbour():
+    model = Net([UnitNorm(eps=0.0)])
+    out = LOCATE_NONFINITE.measure(_context(model, _batches(zero_row_in=0)), LocateParams(steps=3))
+    assert out.module == "blocks.0.norm" and out.module_type == "UnitNorm" and out.previous_module is None
 
 
 def test_a_weight_that_is_already_infinite_is_reported_as_such():

@@ -12,10 +12,11 @@ from torch import nn
 
 import triage
 from triage.engine import walk
+from triage.experiments import default_registry
 from triage.errors import ReportError
 from triage.history import HistoryPoint
 from triage.playbook import load_playbook
-from triage.records import Decision, ExperimentRun
+from triage.records import Clause, Decision, ExperimentRun
 from triage.report import Report, read_report, write_report
 from triage.report import flowchart, plots
 from triage.report.build import build_report
@@ -78,9 +79,6 @@ def crafted_report(name: str = "node", n_experiments: int = 4, steps: int = 40, 
     for i, node in enumerate(nodes):
         losses = [2.0 * (0.97 ** s) * (1 + 0.05 * math.sin(s)) for s in range(steps)]
         outcome = replay_outcome(losses, note=f"measured {text}")
-        if i == 0:  # what the gradient-flow and activation-health instruments carry
-            outcome |= {"layer_norms": [{"name": f"enc.{text}.{k}", "norm": 10.0 ** -k} for k in range(6)],
-                        "layers": [{"name": f"act{text}{k}", "dead_fraction": k / 6} for k in range(6)]}
         experiments.append(ExperimentRun(
             node=node, experiment="replay", summary=f"Replays {text}",
             params={"steps": steps, "lr_scale": 1.0 if i == 0 else 0.1 ** i, "clip": None}, status="ok",
@@ -91,14 +89,24 @@ def crafted_report(name: str = "node", n_experiments: int = 4, steps: int = 40, 
     experiments.append(ExperimentRun(
         node=f"{name}-trace", experiment="lr_trace", params={}, status="ok", seconds=0.1,
         outcome={"lrs": [0.1 * 0.5 * (1 + math.cos(math.pi * s / 100)) for s in range(100)],
-                 "steps": list(range(100)), "checkpoint_step": 80, "forward_module": f"mod{text}",
-                 "source": "train.py:3", "source_context": [f"      2 | x = {text}",  # locate's format
-                                                            ">     3 | y = x.sqrt()"]}))
+                 "steps": list(range(100)), "checkpoint_step": 80}))
+    experiments.append(ExperimentRun(  # what the gradient-flow and activation-health instruments carry
+        node=f"{name}-flow", experiment="gradient_flow", params={}, status="ok", seconds=0.1,
+        outcome={"layer_norms": [{"name": f"enc.{text}.{k}", "norm": 10.0 ** -k} for k in range(6)]}))
+    experiments.append(ExperimentRun(
+        node=f"{name}-act", experiment="activation_health", params={}, status="ok", seconds=0.1,
+        outcome={"layers": [{"name": f"act{text}{k}", "dead_fraction": k / 6} for k in range(6)]}))
+    experiments.append(ExperimentRun(
+        node=f"{name}-locate", experiment="locate_nonfinite", params={}, status="ok", seconds=0.1,
+        outcome={"found": True, "module": f"mod{text}", "source": "train.py:3",
+                 "source_context": [{"file": "train.py", "line": 2, "text": f"x = {text}", "is_culprit": False},
+                                    {"file": "train.py", "line": 3, "text": "y = x.sqrt()", "is_culprit": True}]}))
     all_nodes = [e.node for e in experiments]
     leaf = "lr_too_high"
     path = nodes[:2] + [leaf]
     decisions = [Decision(node=nodes[0], goto=nodes[1], when=f"{nodes[0]}.max_rise > 1.0 or {nodes[0]}.finite",
-                          figures={f"{nodes[0]}.max_rise": 0.5, f"{nodes[0]}.finite": True}),
+                          figures={f"{nodes[0]}.max_rise": 0.5, f"{nodes[0]}.finite": True},
+                          held=[Clause(text=f"{nodes[0]}.finite", refs=[f"{nodes[0]}.finite"])]),
                  Decision(node=nodes[1], goto=leaf, when=None, figures={f"{nodes[1]}.finite": True})]
     graph_nodes = [GraphNode(id=n, kind="run", label="replay", title=f"Question {text}?") for n in all_nodes]
     graph_nodes.append(GraphNode(id=leaf, kind="leaf", label=leaf))
@@ -110,7 +118,7 @@ def crafted_report(name: str = "node", n_experiments: int = 4, steps: int = 40, 
         location=Location(module=f"encoder.{text}", op=f"Sqrt{text}", source=f"train.py:3 {text}", batch=2,
                           parameters=[f"w.{text}"]),
         findings=[FindingRecord(id="data_warning", text=f"Something {text}", evidence=[nodes[0]])],
-        path=path, decisions=decisions, experiments=experiments,
+        path=path, decisions=decisions, experiments=experiments, views=DECLARED,
         flowchart=Flowchart(name=f"book{text}", nodes=graph_nodes, edges=edges),
         history=[HistoryPoint(step=s, loss=1.0 + s * 0.1) for s in range(50)],
         checkpoint=CheckpointInfo(path=f"/ckpt/{text}.pt", layout="dict", step=80),
@@ -118,6 +126,9 @@ def crafted_report(name: str = "node", n_experiments: int = 4, steps: int = 40, 
                                 precision="fp32", seed=0, playbook=f"p{text}", playbook_sha256="0" * 64),
         command=f"triage run --entry '{text}:setup'", seconds=3.0,
     )
+
+
+DECLARED = {e.name: list(e.views) for e in default_registry()}
 
 
 def inline_svgs(html: str) -> list[str]:
@@ -168,8 +179,8 @@ def test_html_shows_verdict_fix_and_proof_first(tmp_path):
 
 def test_html_draws_path_plots_location_and_source(tmp_path):
     html = write_report(crafted_report(name="n"), tmp_path)["html"].read_text()
-    # One flowchart, and the plots the outcomes call for: overview, proof, loss+grad norm per replay
-    # (4), per-layer grad norms and dead units (one experiment carries them), LR schedule, history.
+    # One flowchart, and the plots the experiments declare: overview, proof, loss+grad norm per replay
+    # (4), per-layer grad norms, dead units, the LR schedule, and the run's history.
     assert len(inline_svgs(html)) == 1 + 1 + 1 + 4 * 2 + 1 + 1 + 1 + 1
     assert html.count('class="fc-node run walked') == 2 and 'class="fc-node leaf walked reached"' in html
     assert "checkpoint (step 80)" in html  # the LR trace marks the checkpoint's step
@@ -193,10 +204,21 @@ def test_html_survives_outcomes_missing_keys_or_odd_shapes(tmp_path):
     assert 'id="exp-3"' in html and "timeout" in html
 
 
-def test_key_figures_name_the_clause_that_held():
+def test_key_figures_name_the_clause_the_engine_found_held():
     report = crafted_report(name="n")
     # `n0.max_rise > 1.0 or n0.finite` held through `finite` alone (max_rise was 0.5).
     assert key_figures(report) == [("n0.finite", "true")]
+
+
+def test_key_figures_come_from_the_engine_not_from_rounded_figures():
+    # max_rise was 1.00001: it shows as 1 at four digits, yet `> 1.0` held. The report names the clause
+    # the engine recorded instead of re-evaluating the condition on the rounded figure.
+    report = crafted_report(name="n")
+    decision = Decision(node="n0", goto="n1", when="n0.max_rise > 1.0 or n0.finite",
+                        figures={"n0.max_rise": 1.0, "n0.finite": False},
+                        held=[Clause(text="n0.max_rise > 1.0", refs=["n0.max_rise"])])
+    report = report.model_copy(update={"decisions": [decision, *report.decisions[1:]]})
+    assert key_figures(report) == [("n0.max_rise", "1")]
 
 
 # --- escaping and self-containment --------------------------------------------------------------

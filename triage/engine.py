@@ -19,7 +19,7 @@ import torch
 from triage.distributed.settle import RankFailure, settle
 from triage.experiments import Context, Outcome
 from triage.playbook import Playbook
-from triage.records import CandidateResult, Confidence, Decision, ExperimentRun, SetupFacts
+from triage.records import CandidateResult, Clause, Confidence, Decision, ExperimentRun, SetupFacts
 from triage.playbook.schema import DecisionNode, DifferentialNode, LeafNode, RunNode
 from triage.session import Session
 
@@ -245,7 +245,8 @@ def _decide(playbook: Playbook, node: str, read) -> Decision:
         figures.update({f"{n}.{name}": _figure(read(n, name)) for n, name in sorted(condition.refs)})
         if condition.evaluate(read, errors):
             return Decision(node=node, goto=target, when=condition.text, answer=spec.branches[i].answer,
-                            figures=figures, deciding=condition.deciding(read), errors=errors)
+                            figures=figures, deciding=condition.deciding(read), errors=errors,
+                            held=[Clause(text=text, refs=refs) for text, refs in condition.held(read)])
         deciding += condition.deciding(read)
     raise AssertionError("a validated run node always has an `otherwise` edge")
 

@@ -47,6 +47,15 @@ class CandidateResult(BaseModel):
                                                         "about as well (the verdict is then medium confidence).")
 
 
+class Clause(BaseModel):
+    """A clause of a branch condition that held when the engine took the branch."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str = Field(description="As the playbook writes it, e.g. `not baseline.finite`.")
+    refs: list[str] = Field(description="The `node.field` figures it reads, in reading order.")
+
+
 class Decision(BaseModel):
     """The branch taken at one node, and the figures its conditions read."""
 
@@ -71,6 +80,10 @@ class Decision(BaseModel):
     errors: list[str] = Field(
         default_factory=list, description="Conditions that could not be evaluated here (an overflow, say): "
                                           "each made its figure unknown, and the walk went on.")
+    held: list[Clause] = Field(
+        default_factory=list, description="The clauses of `when` that made it hold (of an `or`, the ones "
+                                          "that were true), as the engine evaluated them on the unrounded "
+                                          "figures; empty for `otherwise` and at a differential node.")
 
 
 class SetupFacts(BaseModel):

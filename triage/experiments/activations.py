@@ -26,7 +26,9 @@ from pydantic import Field
 from torch import nn
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.places import module_place
 from triage.experiments.training import autocast
+from triage.views import Bars
 
 SMOOTH_RECTIFIERS = (nn.LeakyReLU, nn.PReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU, nn.Mish, nn.Hardswish)
 # Units that pass no gradient while never above zero: only these can die. The smooth rectifiers keep
@@ -64,6 +66,10 @@ class ActivationOutcome(Outcome):
     mean_dead_fraction: Optional[float] = Field(default=None, description="Over rectifier layers, unit-weighted.")
     worst_layer: Optional[str] = Field(
         default=None, description="The rectifier with most dead units; without rectifiers, the most saturated.")
+    worst_layer_type: Optional[str] = Field(default=None, description="Its class: ReLU, Sigmoid, ...")
+    worst_layer_previous: Optional[str] = Field(
+        default=None, description="Where it is an nn.Sequential's bare index (`3`): the layer run before it.")
+    worst_layer_previous_type: Optional[str] = None
     max_saturated_fraction: Optional[float] = None
     std_growth: Optional[float] = Field(default=None, description="std of the last layer / std of the first.")
 
@@ -172,7 +178,10 @@ def measure(ctx: Context, p: ActivationParams) -> ActivationOutcome:
         watch.remove()
         session.restore()  # the train-mode forwards moved BatchNorm statistics; put back modes too
     layers = [t.health(name if call == 0 else f"{name}#{call + 1}") for (name, call), t in watch.tallies.items()]
-    return _summarise(layers, len(batches))
+    outcome = _summarise(layers, len(batches))
+    place = module_place(model, outcome.worst_layer)
+    return outcome.model_copy(update={"worst_layer_type": place.type, "worst_layer_previous": place.previous,
+                                      "worst_layer_previous_type": place.previous_type})
 
 
 def _summarise(layers: list[LayerHealth], batches: int) -> ActivationOutcome:
@@ -197,5 +206,8 @@ ACTIVATION_HEALTH = Experiment(
             "saturated sigmoid/tanh outputs per activation layer, and how their spread grows with depth.",
     params=ActivationParams,
     outcome=ActivationOutcome,
+    views=(Bars(title="Dead units per layer", field="layers", value="dead_fraction", labels="name",
+                axis_label="fraction of units never active", limit=(0.0, 1.0), highlight_above=0.5,
+                caption="Red: more than half of the layer's units never fired."),),
     measure=measure,
 )

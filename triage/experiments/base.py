@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from triage.distributed.ranks import Ranks, current as current_ranks
 from triage.session import Session
+from triage.views import View
 
 
 class Params(BaseModel):
@@ -58,10 +59,13 @@ class Context:
 
 @dataclass(frozen=True)
 class Experiment:
-    """A registered experiment: its name, what it does, its parameter and outcome models."""
+    """A registered experiment: its name, what it does, its parameter and outcome models, and the views
+    the report draws of its outcome (triage/views.py). Registering it checks each view's fields against
+    the outcome model, so a renamed field fails at registration, not when a report is drawn."""
 
     name: str
     summary: str
     params: type[Params]
     outcome: type[Outcome]
     measure: Callable[[Context, Any], Outcome]
+    views: tuple[View, ...] = ()

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.training import forward_backward, grad_scaler, trainable
+from triage.views import Bars, Table
 
 # MAD -> standard deviation for normal data; the z-scores below read like ordinary ones.
 MAD_TO_STD = 1.4826
@@ -102,4 +103,10 @@ BATCH_SCAN = Experiment(
     params=BatchScanParams,
     outcome=BatchScanOutcome,
     measure=measure,
+    views=tuple(
+        Bars(title=f"{name} of each snapshot batch", field=field, highlight="outliers", index_label="snapshot batch",
+             axis_label=name.lower(), caption="Red: an outlier (robust z-score above the threshold). "
+                                              "×: non-finite at the checkpoint's weights.")
+        for name, field in (("Loss", "losses"), ("Gradient norm", "grad_norms"))
+    ) + (Table(title="Each batch", fields=("losses", "grad_norms", "z_loss", "z_grad"), limit=16),),
 )

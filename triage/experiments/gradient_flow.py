@@ -15,6 +15,7 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.training import autocast, loss_value
+from triage.views import Bars
 
 
 class GradientFlowParams(Params):
@@ -135,5 +136,8 @@ GRADIENT_FLOW = Experiment(
             "frozen or missing from the optimizer, and how gradient norms change with depth.",
     params=GradientFlowParams,
     outcome=GradientFlowOutcome,
+    views=(Bars(title="Gradient norm per parameter", field="layer_norms", value="norm", labels="name",
+                axis_label="gradient norm", log=True,
+                caption="In depth order, input side at the top; a red 0 got no gradient."),),
     measure=measure,
 )

@@ -35,9 +35,11 @@ from triage.contract import Precision
 from triage.distributed.wrappers import is_sharded, unwrap
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.locate_probe import all_finite, anomaly_pass, probe_step
+from triage.experiments.places import module_place
 from triage.experiments.training import forward_backward, grad_scaler, optimizer_step, trainable
 from triage.experiments.user_source import display_path, source_context, source_line
 from triage.snapshot import rng_state, set_rng_state
+from triage.views import SourceExcerpt, SourceLine
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +64,16 @@ class LocateOutcome(Outcome):
     backward_module: Optional[str] = Field(
         default=None, description="Module whose forward built the first autograd node with a non-finite grad.")
     module: Optional[str] = Field(default=None, description="The culprit module for the stage.")
+    module_type: Optional[str] = Field(default=None, description="Its class: Linear, LayerNorm, ...")
+    previous_module: Optional[str] = Field(
+        default=None, description="Where the culprit is an nn.Sequential's bare index (`3`): the layer run "
+                                  "before it, which names the place better than a number.")
+    previous_module_type: Optional[str] = None
     op: Optional[str] = Field(default=None, description='The op: "Tensor.div", "SqrtBackward0", ...')
     anomaly_op: Optional[str] = Field(default=None, description="The node anomaly mode's NaN check named.")
     source: Optional[str] = Field(default=None, description='"path/file.py:123" of the user code.')
     source_line: Optional[str] = None
-    source_context: list[str] = Field(default_factory=list, description="Lines around it, '>' marks it.")
+    source_context: list[SourceLine] = Field(default_factory=list, description="Lines around it, the line marked.")
     inputs_finite: Optional[bool] = Field(
         default=None, description="The culprit's inputs (forward) or incoming gradients (backward) were finite.")
     loss_finite: bool = Field(default=True, description="The loss of the failing step was finite.")
@@ -194,8 +201,10 @@ def _bisect_step(setup, batch, precision, device, before: _PreStep, step: int, a
         inputs_finite = forward.inputs_finite if forward else None
     else:
         module, inputs_finite = backward_module, (True if stage else None)
+    place = module_place(setup.model, module)
     return LocateOutcome(
-        found=True, step=step, steps_run=step + 1, stage=stage,
+        found=True, step=step, steps_run=step + 1, stage=stage, module_type=place.type,
+        previous_module=place.previous, previous_module_type=place.previous_type,
         forward_module=forward.name if forward else None,
         forward_module_type=forward.kind if forward else None,
         backward_module=backward_module, module=module, op=op, anomaly_op=anomaly_op,
@@ -213,4 +222,5 @@ LOCATE_NONFINITE = Experiment(
     params=LocateParams,
     outcome=LocateOutcome,
     measure=measure,
+    views=(SourceExcerpt(title="The user's source", field="source_context"),),
 )

@@ -15,6 +15,7 @@ import torch
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.views import Curve, Line
 from triage.experiments.training import (autocast, grad_norm, grad_scaler, loss_value, reference_step,
                                          start_end, trainable, untouched_buffers_and_rng)
 from triage.experiments.user_source import display_path
@@ -254,5 +255,8 @@ LOOP_DIFF = Experiment(
             "and compares what each does to the weights, gradients, mode and optimizer.",
     params=LoopDiffParams,
     outcome=LoopDiffOutcome,
+    views=(Curve(title="Loss per step: the run's own step vs the reference loop", field="user_losses",
+                 label="the run's train_step", ylabel="loss",
+                 lines=(Line(field="reference_losses", label="reference loop", style="reference"),)),),
     measure=measure,
 )

@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.probes import mean_loss
 from triage.experiments.training import current_lr, grad_scaler, reference_step, trainable
+from triage.views import Curve, Mark
 
 
 class LrRangeParams(Params):
@@ -115,5 +116,10 @@ LR_RANGE_TEST = Experiment(
             "suggests the LR where the loss falls fastest.",
     params=LrRangeParams,
     outcome=LrRangeOutcome,
+    views=(Curve(title="LR range test: loss against learning rate", field="losses", x="lrs",
+                 xlabel="learning rate", ylabel="loss (smoothed)", log_x=True, log_y=False,
+                 marks=(Mark(field="current_lr", label="the run's lr"),
+                        Mark(field="suggested_lr", label="suggested", tone="good"),
+                        Mark(field="diverged_at_lr", label="diverged", tone="bad"))),),
     measure=measure,
 )

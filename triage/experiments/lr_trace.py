@@ -11,6 +11,7 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.training import current_lr
+from triage.views import Curve, Mark
 
 MAX_POINTS = 500  # the trace is subsampled to this many points: enough for a plot and a peak
 
@@ -102,5 +103,7 @@ LR_TRACE = Experiment(
             "the LR now with the schedule's peak.",
     params=LrTraceParams,
     outcome=LrTraceOutcome,
+    views=(Curve(title="Learning rate schedule", field="lrs", x="steps", ylabel="learning rate",
+                 marks=(Mark(field="checkpoint_step", label="checkpoint", tone="bad"),)),),
     measure=measure,
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterable, Iterator
 
 from triage.experiments.base import Experiment
+from triage.views import check_views
 
 
 class Registry:
@@ -14,6 +15,9 @@ class Registry:
             self.register(experiment)
 
     def register(self, experiment: Experiment) -> Experiment:
+        """Add `experiment`. Raises ValueError when the name is taken, and triage.views.ViewError (a
+        ValueError) when one of its views names a field its Outcome model does not have."""
+        check_views(experiment.name, experiment.views, experiment.outcome)
         if experiment.name in self._by_name:
             raise ValueError(f"an experiment named '{experiment.name}' is already registered")
         self._by_name[experiment.name] = experiment

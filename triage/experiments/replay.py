@@ -25,6 +25,7 @@ from triage.experiments.training import (autocast, current_lr, grad_norm, grad_s
                                          param_vector_norm, reference_step, scale_weight_decay, scaled_lr,
                                          start_end, trainable)
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, VerifiedFix, verification
+from triage.views import Curve, Line
 
 
 class ReplayParams(Params):
@@ -373,6 +374,16 @@ def _max_rise(losses: list[float], scale: Optional[float]) -> Optional[float]:
     return float(rise / scale)
 
 
+# What the report draws of a replay (and of every replay-like outcome): each against the run as it was.
+REPLAY_VIEWS = (
+    Curve(title="Loss per step", field="losses", ylabel="loss", against="reference",
+          lines=(Line(field="val_losses", steps="val_steps", step_offset=-1, label="validation loss"),),
+          nonfinite_step="first_nonfinite_step", headline=True, start="loss_start", end="loss_end"),
+    Curve(title="Gradient norm per step, before clipping", field="grad_norms", ylabel="global grad norm",
+          against="reference", threshold="clip_threshold", threshold_label="clip"),
+    Curve(title="Learning rate per step", field="lrs", ylabel="learning rate", hide_if_constant=True),
+)
+
 REPLAY = Experiment(
     name="replay",
     summary="Replays the run's steps from the checkpoint, with at most a few changes "
@@ -380,4 +391,5 @@ REPLAY = Experiment(
     params=ReplayParams,
     outcome=ReplayOutcome,
     measure=measure,
+    views=REPLAY_VIEWS,
 )

@@ -11,8 +11,9 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.inits import InitKind
-from triage.experiments.replay import ReplayOutcome, ReplayParams, measure as replay
+from triage.experiments.replay import REPLAY_VIEWS, ReplayOutcome, ReplayParams, measure as replay
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN
+from triage.views import Table
 
 # x1e-5 .. x1e5 of the run's LR: a unit slip (1e-3 written as 1e-7, or 10) is inside the grid.
 LR_FACTORS = {"down": [1e-1, 1e-2, 1e-3, 1e-4, 1e-5], "up": [1e1, 1e2, 1e3, 1e4, 1e5]}
@@ -115,6 +116,13 @@ def _trial(setting: str, o: ReplayOutcome) -> Trial:
                  fix_works=o.fix_works)
 
 
+# A replay's views, the headline naming the trial chosen as what this run changed.
+SEARCH_VIEWS = tuple(v.model_copy(update={"setting": "chosen"}) if getattr(v, "headline", False) else v
+                     for v in REPLAY_VIEWS) + (
+    Table(title="Every trial, in the order run", fields=("trials",),
+          columns=("setting", "finite", "loss_end", "improvement", "fix_works")),
+)
+
 LR_SEARCH = Experiment(
     name="lr_search",
     summary="Replays at learning rates on a x10 grid (down to x1e-5 or up to x1e5 of the run's), each "
@@ -122,6 +130,7 @@ LR_SEARCH = Experiment(
     params=LrSearchParams,
     outcome=LrSearchOutcome,
     measure=lr_search,
+    views=SEARCH_VIEWS,
 )
 
 INIT_SEARCH = Experiment(
@@ -131,4 +140,5 @@ INIT_SEARCH = Experiment(
     params=InitSearchParams,
     outcome=SearchOutcome,
     measure=init_search,
+    views=SEARCH_VIEWS,
 )

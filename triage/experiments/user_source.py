@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 
 import triage
+from triage.views import SourceLine
 
 
 @lru_cache(maxsize=None)
@@ -45,22 +46,29 @@ def user_frame(frames: traceback.StackSummary) -> Optional[tuple[str, int]]:
     return None
 
 
-def display_path(path: str, line: int) -> str:
+def display_file(path: str) -> str:
+    """The file as the user knows it: relative to where triage runs when inside it, else absolute."""
     try:
         shown = os.path.relpath(path)
     except ValueError:  # another drive on Windows
         shown = path
-    return f"{path if shown.startswith('..') else shown}:{line}"
+    return path if shown.startswith("..") else shown
+
+
+def display_path(path: str, line: int) -> str:
+    return f"{display_file(path)}:{line}"
 
 
 def source_line(path: str, line: int) -> Optional[str]:
     return linecache.getline(path, line).strip() or None
 
 
-def source_context(path: str, line: int, around: int = 2) -> list[str]:
+def source_context(path: str, line: int, around: int = 2) -> list[SourceLine]:
+    """The lines around `line` (the file's own text, as far as it goes), `line` marked as the culprit."""
+    shown = display_file(path)
     lines = []
     for n in range(max(1, line - around), line + around + 1):
         text = linecache.getline(path, n)
         if text:
-            lines.append(f"{'>' if n == line else ' '} {n:5d} | {text.rstrip()}")
+            lines.append(SourceLine(file=shown, line=n, text=text.rstrip("\r\n"), is_culprit=n == line))
     return lines

@@ -58,6 +58,23 @@ class Condition:
         """The expression's value (for location references like `locate.module`)."""
         return _Evaluator(self.text, lookup, errors).eval(self.tree)
 
+    def held(self, lookup: Lookup) -> list[tuple[str, list[str]]]:
+        """The clauses that made a condition that holds hold, as (text, `node.field` refs), in reading
+        order: of an `or`, the operands that were true; of an `and`, every operand. Evaluated as
+        `evaluate` does, on the same figures (so at full precision, not as a report rounds them)."""
+        evaluator, source = _Evaluator(self.text, lookup, None), self.text.strip()
+        found: list[ast.expr] = []
+        stack = [self.tree]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.BoolOp):
+                operands = node.values if isinstance(node.op, ast.And) else \
+                    [v for v in node.values if _truth(evaluator.eval(v)) is True]
+                stack.extend(reversed(operands))
+            else:
+                found.append(node)
+        return [(ast.get_source_segment(source, node) or ast.unparse(node), _refs_in(node)) for node in found]
+
 
 def parse_condition(text: str) -> Condition:
     text = str(text)
@@ -116,6 +133,11 @@ def _check(node: ast.AST, text: str, refs: set[tuple[str, str]]) -> None:
         raise ConditionError(f"in '{text}': {type(node).__name__} is not part of the condition language")
     for child in ast.iter_child_nodes(node):
         _check(child, text, refs)
+
+
+def _refs_in(node: ast.expr) -> list[str]:
+    refs = sorted((a for a in ast.walk(node) if isinstance(a, ast.Attribute)), key=lambda a: (a.lineno, a.col_offset))
+    return list(dict.fromkeys(f"{a.value.id}.{a.attr}" for a in refs))
 
 
 def _is_number(value: Any) -> bool:

@@ -36,7 +36,8 @@ from triage.records import SetupFacts
 
 SETUP_FACTS = tuple(SetupFacts.model_fields)
 RUN_FIELDS = ("status", "seconds")  # every ExperimentRun has these besides its outcome's fields
-LOCATION_KEYS = ("module", "op", "source", "batch", "parameters", "rank")
+LOCATION_KEYS = ("module", "module_type", "previous_module", "previous_module_type", "op", "source", "batch",
+                 "parameters", "rank")
 
 
 Spec = Union[RunNode, DecisionNode, DifferentialNode, LeafNode]

@@ -42,6 +42,7 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         path=walk.path,
         decisions=walk.decisions,
         experiments=list(walk.runs.values()),
+        views=_views(playbook, walk),
         flowchart=flowchart(playbook),
         history=session.history,
         checkpoint=CheckpointInfo(
@@ -59,6 +60,12 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         seconds=round(walk.seconds, 2),
         stopped=walk.stopped,
     )
+
+
+def _views(playbook: Playbook, walk: Walk) -> dict[str, list]:
+    """The views of every experiment that ran, as each declared them."""
+    names = sorted({run.experiment for run in walk.runs.values()})
+    return {name: list(experiment.views) for name in names if (experiment := playbook.registry.get(name))}
 
 
 def _unfinished(walk: Walk) -> LeafNode:

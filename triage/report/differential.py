@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from triage.records import Decision
+from triage.records import Decision, ExperimentRun
 from triage.report import plots
 from triage.report.model import Report
 
@@ -37,11 +37,14 @@ class DifferentialView:
     plot: Optional[str]
 
 
-def differential_views(report: Report) -> list[DifferentialView]:
-    return [_view(report, d) for d in report.decisions if d.candidates]
+Curve = Callable[[Optional[ExperimentRun]], list[Any]]  # a run's headline curve (its loss per step)
 
 
-def _view(report: Report, decision: Decision) -> DifferentialView:
+def differential_views(report: Report, curve: Curve) -> list[DifferentialView]:
+    return [_view(report, d, curve) for d in report.decisions if d.candidates]
+
+
+def _view(report: Report, decision: Decision, curve: Curve) -> DifferentialView:
     causes = {n.id: n.label for n in report.flowchart.nodes if n.kind == "leaf"}
     titles = {n.id: n.title for n in report.flowchart.nodes}
     declared = {c.id: c for n in report.flowchart.nodes for c in n.candidates}
@@ -56,7 +59,7 @@ def _view(report: Report, decision: Decision) -> DifferentialView:
             improvement=outcome.get("improvement"), sane=outcome.get("sane"), works=c.works,
             winner=c.winner, also_works=c.also_works))
     return DifferentialView(node=decision.node, title=titles.get(decision.node), confidence=decision.confidence,
-                            rows=rows, reason=reason(decision, causes), plot=_plot(report, decision))
+                            rows=rows, reason=reason(decision, causes), plot=_plot(report, decision, curve))
 
 
 def reason(decision: Decision, causes: dict[str, str]) -> str:
@@ -86,20 +89,20 @@ def reason(decision: Decision, causes: dict[str, str]) -> str:
     return f"{text}; " + "; ".join(parts) + tail + "."
 
 
-def _plot(report: Report, decision: Decision) -> Optional[str]:
-    """The tried candidates' loss curves on one axis, with the run as it was."""
+def _plot(report: Report, decision: Decision, curve: Curve) -> Optional[str]:
+    """The tried candidates' loss curves on one axis, with the run as it was (`against`, the run each
+    candidate's verification is paired with)."""
     series = []
     runs = [report.experiment(c.id) for c in decision.candidates if c.tried and c.then]
     references = {(run.outcome or {}).get("against") for run in runs if run}
     for ref in sorted(r for r in references if isinstance(r, str)):
-        run = report.experiment(ref)
-        if run and (run.outcome or {}).get("losses"):
-            series.append(plots.Series(label=f"{ref} (as the run was)", values=run.outcome["losses"],
-                                       color=plots.BASELINE, emphasis=False))
+        losses = curve(report.experiment(ref))
+        if losses:
+            series.append(plots.Series(label=f"{ref} (as the run was)", values=losses, color=plots.BASELINE,
+                                       emphasis=False))
     tried = [c for c in decision.candidates if c.tried and c.then]
     for i, c in enumerate(tried):
-        run = report.experiment(c.id)
-        losses = (run.outcome or {}).get("losses") if run else None
+        losses = curve(report.experiment(c.id))
         if losses:
             color = plots.GOOD if c.winner else plots.PALETTE[(i + 2) % len(plots.PALETTE)]
             series.append(plots.Series(label=c.id, values=losses, color=color, emphasis=c.winner or bool(c.works),

@@ -15,7 +15,7 @@ from typing import Any, Optional
 import networkx as nx
 
 from triage.report.model import Report
-from triage.report.views import format_figure
+from triage.report.words import format_figure
 
 NODE_W = 184  # a walked node: room for its figures
 OTHER_W = 144  # a node the walk did not visit: its name only

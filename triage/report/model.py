@@ -8,8 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from triage.records import Decision, ExperimentRun
 from triage.history import HistoryPoint
+from triage.views import View
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 ReportStatus = Literal["complete", "incomplete", "interrupted"]
 
@@ -22,6 +23,10 @@ class Location(_Frozen):
     """Where the fault is, as far as the experiments could tell."""
 
     module: Optional[str] = Field(default=None, description="Qualified module name, e.g. encoder.layers.1.norm.")
+    module_type: Optional[str] = Field(default=None, description="Its class, e.g. LayerNorm.")
+    previous_module: Optional[str] = Field(
+        default=None, description="Where `module` is an nn.Sequential's bare index (`3`): the layer before it.")
+    previous_module_type: Optional[str] = Field(default=None, description="That layer's class.")
     op: Optional[str] = Field(default=None, description="The autograd op, e.g. SqrtBackward0.")
     source: Optional[str] = Field(default=None, description="file:line of the user's code.")
     batch: Optional[int] = Field(default=None, description="Index of the bad snapshot batch.")
@@ -114,6 +119,9 @@ class Report(_Frozen):
     path: list[str] = Field(description="Node ids walked, entry to leaf.")
     decisions: list[Decision]
     experiments: list[ExperimentRun]
+    views: dict[str, list[View]] = Field(
+        default_factory=dict, description="What each experiment declared the report should draw of its "
+                                          "outcome, by experiment name (triage/views.py).")
     flowchart: Flowchart
     history: list[HistoryPoint] = Field(default_factory=list, description="The failing run's loss curve.")
     checkpoint: CheckpointInfo

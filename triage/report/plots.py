@@ -58,6 +58,15 @@ _STYLE = {
 
 
 @dataclass(frozen=True)
+class Mark:
+    """A vertical line at x (the checkpoint's step, a learning rate), named in the legend."""
+
+    x: float
+    label: str
+    color: str = BASELINE
+
+
+@dataclass(frozen=True)
 class Series:
     """One line: a label, y values per step (NaN/inf allowed), and how to draw it."""
 
@@ -68,6 +77,7 @@ class Series:
     first_nonfinite: Optional[int] = None
     dashed: bool = False
     emphasis: bool = True
+    twin_of: Optional[str] = None  # set by the plot: the label of an earlier series with the same values
 
 
 _MAX_LABEL = 40  # a legend or axis label is shortened past this: a 200-character node id still fits
@@ -111,50 +121,21 @@ def numbers(values: Iterable[Any]) -> list[float]:
 
 
 @_never_raises
+def curves(series: Sequence[Series], title: str, *, xlabel: str = "step", ylabel: str = "",
+           log_x: bool = False, log_y: Optional[bool] = None, hline: Optional[tuple[float, str]] = None,
+           marks: Sequence[Mark] = (), wide: bool = False) -> Optional[str]:
+    """Several series on one axis: a log y axis when `log_y`, or (None) when they span decades; the first
+    non-finite step of each marked; `hline` (value, label) across, `marks` upright. A series equal to one
+    drawn before it is drawn dashed over it and says so, so neither hides the other. `wide`: full width."""
+    return _lines(series, title, ylabel, xlabel=xlabel, log_x=log_x, log_y=log_y, hline=hline, marks=marks,
+                  size=(10.0, 3.0) if wide else (6.4, 2.7))
+
+
 def loss_curves(series: Sequence[Series], title: str = "Training loss per step",
                 ylabel: str = "loss", wide: bool = False) -> Optional[str]:
     """Several loss curves on one axis; log scale when they span decades; the first non-finite
     step of each marked. `wide`: a full-width figure."""
-    return _lines(series, title, ylabel, log_ratio=30.0, size=(10.0, 3.0) if wide else (6.4, 2.7))
-
-
-@_never_raises
-def grad_norm_curves(series: Sequence[Series], title: str = "Gradient norm per step (before clipping)",
-                     clip: Optional[float] = None) -> Optional[str]:
-    return _lines(series, title, "global grad norm", log_ratio=20.0,
-                  hline=(clip, f"clip {clip:g}") if clip else None)
-
-
-@_never_raises
-def lr_schedule(lrs: Sequence[Any], steps: Optional[Sequence[Any]] = None, checkpoint_step: Optional[int] = None,
-                title: str = "Learning rate schedule") -> Optional[str]:
-    """The LR per step with the checkpoint's step marked."""
-    ys = numbers(lrs)
-    if not ys:
-        return None
-    xs = numbers(steps) if steps and len(steps) == len(ys) else list(range(len(ys)))
-    with matplotlib.rc_context(_STYLE):
-        fig = Figure(figsize=(6.4, 2.4))
-        ax = fig.subplots()
-        ax.plot(xs, ys, color=INTERVENTION)
-        finite = [y for y in ys if math.isfinite(y)]
-        if finite and min(finite) > 0 and max(finite) / min(finite) > 1e3:
-            _log(ax, "y")
-        if checkpoint_step is not None:
-            at = _value_at(xs, ys, checkpoint_step)
-            ax.axvline(checkpoint_step, color=BAD, linestyle="--", linewidth=1)
-            label = f"checkpoint (step {checkpoint_step}): lr {at:.3g}" if at is not None else \
-                f"checkpoint (step {checkpoint_step})"
-            ax.annotate(label, xy=(checkpoint_step, 1), xycoords=("data", "axes fraction"),
-                        xytext=(4, -10), textcoords="offset points", color=BAD, fontsize=8.5)
-            if at is not None:
-                ax.plot([checkpoint_step], [at], "o", color=BAD, markersize=4)
-        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
-        ax.set_xlabel("step")
-        ax.set_ylabel("learning rate")
-        ax.set_title(title)
-        _margins(fig, left_pt=62, right_pt=12)
-        return _svg(fig, "lr")
+    return curves(series, title, ylabel=ylabel, wide=wide)
 
 
 @_never_raises
@@ -201,12 +182,16 @@ def layer_bars(items: Sequence[tuple[str, Any]], title: str, xlabel: str, *, log
 
 
 @_never_raises
-def batch_bars(values: Sequence[Any], flagged: Iterable[int], title: str, ylabel: str) -> Optional[str]:
-    """One bar per snapshot batch; the flagged ones red (non-finite ones as a red x at the top)."""
+def index_bars(values: Sequence[Any], highlighted: Iterable[int], title: str, ylabel: str,
+               xlabel: str = "item", highlight_above: Optional[float] = None) -> Optional[str]:
+    """One bar per item (a snapshot batch, say); the highlighted ones red. A non-finite value has no bar:
+    a red x at the top marks it, told apart from the highlighted ones."""
     ys = numbers(values)
     if not ys:
         return None
-    flagged = set(flagged or [])
+    flagged = set(highlighted or [])
+    if highlight_above is not None:
+        flagged |= {i for i, y in enumerate(ys) if math.isfinite(y) and y > highlight_above}
     with matplotlib.rc_context(_STYLE):
         fig = Figure(figsize=(6.4, 2.5))
         ax = fig.subplots()
@@ -221,44 +206,20 @@ def batch_bars(values: Sequence[Any], flagged: Iterable[int], title: str, ylabel
         if positive and len(positive) == len(finite) and max(positive) / min(positive) > 30:
             _log(ax, "y")
         ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
-        ax.set_xlabel("snapshot batch")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         _margins(fig, left_pt=58, right_pt=10)
-        return _svg(fig, f"batches-{title}")
+        return _svg(fig, f"bars-index-{title}")
 
 
-@_never_raises
-def lr_range(lrs: Sequence[Any], losses: Sequence[Any], current: Optional[float] = None,
-             suggested: Optional[float] = None, diverged: Optional[float] = None) -> Optional[str]:
-    """Loss against learning rate (log x) from an LR range test, the run's LR and the suggestion marked."""
-    xs, ys = numbers(lrs), numbers(losses)
-    if not xs or len(xs) != len(ys):
-        return None
-    with matplotlib.rc_context(_STYLE):
-        fig = Figure(figsize=(6.4, 2.7))
-        ax = fig.subplots()
-        ax.plot(xs, [y if math.isfinite(y) else math.nan for y in ys], color=INTERVENTION)
-        if all(x > 0 for x in xs if math.isfinite(x)):
-            _log(ax, "x")
-        marks = [(current, BASELINE, "the run's lr"), (suggested, GOOD, "suggested"), (diverged, BAD, "diverged")]
-        for x, color, label in marks:
-            if x is not None and math.isfinite(number(x)):
-                ax.axvline(number(x), color=color, linestyle="--", linewidth=1.2, label=f"{label} {number(x):.3g}")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-        ax.set_xlabel("learning rate")
-        ax.set_ylabel("loss (smoothed)")
-        ax.set_title("LR range test: loss against learning rate")
-        _margins(fig, left_pt=58, right_pt=110)
-        return _svg(fig, "lr-range")
-
-
-def _lines(series: Sequence[Series], title: str, ylabel: str, log_ratio: float,
-           hline: Optional[tuple[float, str]] = None, size: tuple[float, float] = (6.4, 2.7)) -> Optional[str]:
+def _lines(series: Sequence[Series], title: str, ylabel: str, *, xlabel: str = "step", log_x: bool = False,
+           log_y: Optional[bool] = None, hline: Optional[tuple[float, str]] = None, marks: Sequence[Mark] = (),
+           size: tuple[float, float] = (6.4, 2.7)) -> Optional[str]:
     drawn = [s for s in series if s.values][:_MAX_SERIES]
     if not drawn:
         return None
-    drawn = [dataclasses.replace(s, label=_shorten(s.label, _MAX_LABEL)) for s in drawn]
+    drawn = _tell_apart([dataclasses.replace(s, label=_shorten(s.label, _MAX_LABEL)) for s in drawn])
     with matplotlib.rc_context(_STYLE):
         fig = Figure(figsize=size)
         ax = fig.subplots()
@@ -269,7 +230,9 @@ def _lines(series: Sequence[Series], title: str, ylabel: str, log_ratio: float,
             xs, ys = _envelope(xs, ys)
             shown = [y if math.isfinite(y) else math.nan for y in ys]
             everything += [y for y in shown if y == y]
-            ax.plot(xs, shown, color=s.color, label=s.label, linestyle="--" if s.dashed else "-",
+            # A twin is drawn in short dashes over the line it equals, whose colour shows through the gaps.
+            ax.plot(xs, shown, color=s.color, label=s.label,
+                    linestyle=(0, (2, 3)) if s.twin_of else (0, (4, 3)) if s.dashed else "-",
                     linewidth=1.8 if s.emphasis else 1.2, alpha=1.0 if s.emphasis else 0.85,
                     marker="o" if len(xs) <= 3 else None, markersize=3)
             if s.first_nonfinite is not None:
@@ -279,22 +242,54 @@ def _lines(series: Sequence[Series], title: str, ylabel: str, log_ratio: float,
                             ha="right", color=BAD, fontsize=8.5)
                 ax.plot([s.first_nonfinite], [1], marker="x", color=BAD, markersize=7, mew=2,
                         transform=ax.get_xaxis_transform(), clip_on=False)
-        labels = [s.label for s in drawn] + ([hline[1]] if hline is not None else [])
+        shown_marks = [m for m in marks if math.isfinite(m.x) and (not log_x or m.x > 0)]
+        for mark in shown_marks:
+            ax.axvline(mark.x, color=mark.color, linestyle="--", linewidth=1.2, label=_shorten(mark.label, 60))
+        if hline is not None:
+            ax.axhline(hline[0], color=ACCENT, linestyle="--", linewidth=1, label=hline[1])
+        labels = [s.label for s in drawn] + [m.label for m in shown_marks] + ([hline[1]] if hline else [])
         legend_pt = 0.0
         if len(labels) > 1:
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
             legend_pt = 34 + 5.0 * max(len(label) for label in labels)
         _margins(fig, left_pt=58, right_pt=10 + legend_pt)
-        if hline is not None:
-            ax.axhline(hline[0], color=ACCENT, linestyle="--", linewidth=1, label=hline[1])
         positive = [y for y in everything if y > 0]
-        if positive and len(positive) == len(everything) and max(positive) / min(positive) > log_ratio:
+        spans = bool(positive) and len(positive) == len(everything) and max(positive) / min(positive) > 30.0
+        if log_y or (log_y is None and spans):
             _log(ax, "y")
-        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
-        ax.set_xlabel("step")
+        if log_x:
+            _log(ax, "x")
+        else:
+            ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=xlabel == "step"))
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         return _svg(fig, f"lines-{title}-{'|'.join(s.label for s in drawn)}")
+
+
+def _tell_apart(series: list[Series]) -> list[Series]:
+    """A series that would be drawn over one before it (the same values, or closer than a line's width
+    of the plot) is drawn in short dashes and says which it matches, so neither hides the other."""
+    finite = [y for s in series for y in numbers(s.values) if math.isfinite(y)]
+    span = max(finite) - min(finite) if finite else 0.0
+    out: list[Series] = []
+    for s in series:
+        twin = next((o for o in out if _overlaps(o, s, span)), None)
+        if twin is None:
+            out.append(s)
+            continue
+        sign = "=" if list(numbers(s.values)) == list(numbers(twin.values)) else "≈"
+        out.append(dataclasses.replace(s, twin_of=twin.label, label=f"{s.label} ({sign} {twin.label})"))
+    return out
+
+
+def _overlaps(a: Series, b: Series, span: float) -> bool:
+    ya, yb = numbers(a.values), numbers(b.values)
+    if len(ya) != len(yb) or (a.steps is None) != (b.steps is None) or (a.steps and list(a.steps) != list(b.steps)):
+        return False
+    # Under a pixel of a 300 px tall plot, on a linear axis and on a log one.
+    return all((x != x and y != y) or (math.isinf(x) and x == y)
+               or abs(x - y) <= min(2e-3 * span, 2e-3 * max(abs(x), abs(y))) for x, y in zip(ya, yb))
 
 
 def _margins(fig, left_pt: float, right_pt: float, bottom_pt: float = 30, top_pt: float = 18) -> None:

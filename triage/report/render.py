@@ -21,14 +21,18 @@ from triage import atomic
 from triage.errors import ReportError
 from triage.report import flowchart
 from triage.report.model import SCHEMA_VERSION, Report
-from triage.report.views import build_views, describe_change, format_figure, summary_views
+from triage.report.views import build_views, summary_views
+from triage.report.words import describe_change, format_figure
 
 __all__ = ["format_figure", "neutralise_bidi", "read_report", "render_html", "render_markdown", "write_report"]
 
 log = logging.getLogger(__name__)
 
 MAX_REPORT_BYTES = 256 * 2**20  # `triage report` reads report.json whole: a report is a few MiB at most
-READABLE_VERSIONS = ("1.1", SCHEMA_VERSION)  # 1.2 added `status` and `Decision.errors`, both defaulted
+# 1.2 added `status` and `Decision.errors`; 1.3 `views`, `Decision.held`, the Location's module type and the
+# layer before it, and source lines as records. All are defaulted: an older report renders without its
+# plots (it carries no views) and names every figure a decision read.
+READABLE_VERSIONS = ("1.1", "1.2", SCHEMA_VERSION)
 
 _TEMPLATES = Path(__file__).parent / "templates"
 

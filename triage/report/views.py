@@ -1,115 +1,33 @@
-"""What the templates show, prepared from a Report: sentences, tables and plots as plain data.
+"""What the templates show, prepared from a Report: the views each experiment declared, drawn, and the
+sentences and tables around them, as plain data.
 
-Outcomes arrive as dicts of whatever an experiment measured (report.json turns NaN and inf into
-strings); everything here reads them defensively, so a missing key leaves a blank, not a crash.
+A generic renderer: what to draw of an outcome comes from its experiment's declarations (Report.views,
+see triage/views.py), never from the names of the outcome's fields. Outcomes arrive as dicts (report.json
+turns NaN and inf into strings); a declared field that is missing or oddly shaped leaves its view out,
+not the page. An outcome's figures that no view draws are listed beside the views, and its lists of
+records that none shows become tables, so an experiment that declares nothing still shows what it measured.
 """
 
 from __future__ import annotations
 
-import ast
 import math
-import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
-from triage.playbook.conditions import ConditionError, parse_condition
 from triage.records import Decision, ExperimentRun
 from triage.report import plots
 from triage.report.differential import DifferentialView, differential_views
-from triage.report.ranks import RankSection, rank_section
 from triage.report.model import Report
+from triage.report.path import PathView, deciding_refs, path_view
+from triage.report.ranks import RankSection, rank_section
+from triage.report.words import describe_change, format_figure
+from triage.views import Bars, Curve, SourceExcerpt, Table as TableView, View
 
-_CONTEXT_LINE = re.compile(r"^([> ])\s*(\d+) \| ?(.*)$")
-# Series an experiment's plots already show; left out of its tables.
-_PLOTTED = {"losses", "grad_norms", "lrs", "steps", "val_steps", "val_losses", "layer_norms", "layers"}
-
-
-def format_figure(value: Any) -> str:
-    """One figure as a person reads it: 4 significant digits, true/false, — for not measured."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return f"{value:.4g}"
-    if isinstance(value, list):
-        if len(value) > 8:
-            return f"[{len(value)} items]"
-        return "[" + ", ".join(format_figure(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {format_figure(v)}" for k, v in list(value.items())[:6]) + \
-            (", …" if len(value) > 6 else "") + "}"
-    return str(value)
-
-
-def describe_change(key: str, value: Any) -> str:
-    """A changed replay parameter in the words of the checklist: lr×0.1, clip at 1.0, …"""
-    words = {
-        "lr_scale": lambda v: f"lr×{format_figure(v)}",
-        "wd_scale": lambda v: f"weight decay×{format_figure(v)}",
-        "clip": lambda v: f"clip at {format_figure(v)}" if v is not None else "clip as the run",
-        "precision": lambda v: f"{v} autocast" if v else "precision as the run",
-        "steps": lambda v: f"{v} steps",
-        "subset": lambda v: f"first {v} examples only" if v else "all examples",
-        "skip_batches": lambda v: "skipping batch" + ("es " if len(v) > 1 else " ") +
-                                  ", ".join(map(str, v)) if v else "no batch skipped",
-        "skip_outliers_of": lambda v: f"skipping the batches {v} flagged" if v else "no batch skipped",
-        "loop": lambda v: "the run's own train_step" if v == "user" else "triage's reference loop",
-        "init": lambda v: {"setup": "fresh init from setup()", "default": "PyTorch default init",
-                           "checkpoint": "weights from the checkpoint"}.get(v, f"init={v}"),
-        "val_every": lambda v: f"val loss every {v} steps" if v else "no val loss",
-    }
-    try:
-        return words[key](value) if key in words else f"{key}={format_figure(value)}"
-    except (TypeError, ValueError):
-        return f"{key}={format_figure(value)}"
-
+__all__ = ["Views", "build_views", "describe_change", "format_figure", "key_figures", "summary_views"]
 
 # How a counterfactual is judged, not what it changes.
 _VERIFICATION_PARAMS = {"against", "margin", "level_margin", "extend_to"}
-
-
-def changes(run: ExperimentRun, reference: Optional[ExperimentRun]) -> list[str]:
-    """What this experiment changed against its reference (same experiment, first on the path)."""
-    if reference is None or reference.node == run.node:
-        return []
-    return [describe_change(k, v) for k, v in run.params.items()
-            if k not in _VERIFICATION_PARAMS and (reference.params.get(k, v) != v or k not in reference.params)]
-
-
-def measured(outcome: Optional[dict[str, Any]], read: Optional[dict[str, Any]] = None) -> str:
-    """What an experiment measured, in one line: "40 steps, finite, loss 2.31 → 0.88" for a replay;
-    otherwise the figures its branch read (`read`), or its first figures."""
-    if not outcome:
-        return "nothing measured"
-    parts = []
-    if "steps_run" in outcome:
-        parts.append(f"{outcome['steps_run']} steps")
-    if "finite" in outcome:
-        bad = outcome.get("first_nonfinite_step")
-        parts.append("finite" if outcome["finite"] is True else
-                     f"non-finite at step {bad}" if bad is not None else "non-finite")
-    if outcome.get("loss_start") is not None and outcome.get("loss_end") is not None:
-        parts.append(f"loss {format_figure(plots.number(outcome['loss_start']))} → "
-                     f"{format_figure(plots.number(outcome['loss_end']))}")
-    if parts and "losses" in outcome:
-        return ", ".join(parts)
-    if read:
-        shown = [f"{k.split('.', 1)[-1].replace('_', ' ')} {format_figure(v)}" for k, v in read.items()]
-        return ", ".join(shown[:4]) + (f" (+{len(shown) - 4} more)" if len(shown) > 4 else "")
-    single = [(k, v) for k, v in scalars(outcome) if not isinstance(v, list)]
-    return ", ".join(parts) or ", ".join(f"{k.replace('_', ' ')} {format_figure(v)}" for k, v in single[:3])
-
-
-def scalars(outcome: Optional[dict[str, Any]]) -> list[tuple[str, Any]]:
-    """The outcome's single figures, in the experiment's own order."""
-    return [(k, v) for k, v in (outcome or {}).items()
-            if k not in _PLOTTED and (v is None or isinstance(v, (bool, int, float, str))
-                                      or (isinstance(v, list) and not any(isinstance(x, dict) for x in v)))]
+_TONES = {"neutral": plots.BASELINE, "good": plots.GOOD, "bad": plots.BAD}
 
 
 @dataclass
@@ -118,25 +36,26 @@ class Table:
     columns: list[str]
     rows: list[list[str]]
     more: int = 0
-
-
-def tables(outcome: Optional[dict[str, Any]], limit: int = 20) -> list[Table]:
-    """Lists of records an experiment measured (e.g. the tensors holding NaN), as tables."""
-    found = []
-    for key, value in (outcome or {}).items():
-        if key in _PLOTTED or not isinstance(value, list) or not value:
-            continue
-        if all(isinstance(v, dict) for v in value):
-            columns = list(dict.fromkeys(c for row in value for c in row))
-            rows = [[format_figure(row.get(c)) for c in columns] for row in value[:limit]]
-            found.append(Table(key, columns, rows, max(0, len(value) - limit)))
-    return found
+    caption: str = ""
 
 
 @dataclass
 class Plot:
     caption: str
     svg: str  # generated here by matplotlib: its text is escaped
+
+
+@dataclass
+class Excerpt:
+    """The user's source around a line: (line number, text, the line pointed at)."""
+
+    title: str
+    file: str
+    lines: list[tuple[int, str, bool]]
+    caption: str = ""
+
+
+Drawn = Union[Plot, Excerpt, Table]
 
 
 @dataclass
@@ -151,9 +70,20 @@ class ExperimentView:
     changes: list[str]
     measured: str
     figures: list[tuple[str, str, bool]]  # name, value, read by a decision
-    tables: list[Table]
     plots: list[Plot]
+    excerpts: list[Excerpt]
+    tables: list[Table]
     decision: Optional[Decision]
+
+
+@dataclass
+class LocationRow:
+    name: str
+    values: list[str]
+    more: int = 0  # values left out (a long parameter list)
+    kind: Optional[str] = None  # a module's class
+    after: Optional[str] = None  # a bare Sequential index: the layer before it
+    after_kind: Optional[str] = None
 
 
 @dataclass
@@ -167,9 +97,10 @@ class Views:
     proof_table: list[tuple[str, str, str]]  # figure, reference, proof
     overview_plot: Optional[str]
     history_plot: Optional[str]
-    location: list[tuple[str, Any]]
-    source_context: list[tuple[Optional[int], str, bool]]  # line number, text, the faulting line
+    location: list[LocationRow]
+    source: Optional[Excerpt]  # the located line, where an experiment read the user's source
     key_figures: list[tuple[str, str]]
+    path: PathView
     titles: dict[str, Optional[str]] = field(default_factory=dict)
     differentials: list[DifferentialView] = field(default_factory=list)
     ranks: Optional[RankSection] = None  # a distributed run: where the ranks differed
@@ -184,136 +115,155 @@ def build_views(report: Report) -> Views:
     experiments = []
     for i, run in enumerate(report.experiments):
         reference = references.get(run.node)
+        declared = report.views.get(run.experiment, [])
+        drawn = [d for view in declared if (d := draw(view, run, reference)) is not None]
+        shown = {name for view in declared for name in view.shows()}
         role = "proof" if run.node == report.proof else "evidence" if run.node in report.evidence else ""
         experiments.append(ExperimentView(
             run=run, index=i + 1, anchor=anchors[run.node], title=titles.get(run.node), role=role,
             reference=reference.node if reference and reference.node != run.node else None,
             compared=any(references[o.node].node == run.node for o in report.experiments if o.node != run.node),
-            changes=changes(run, reference),
-            measured=measured(run.outcome, _own_figures(decisions.get(run.node), run.node)),
-            figures=[(k, format_figure(v), (run.node, k) in read) for k, v in scalars(run.outcome)],
-            tables=tables(run.outcome), plots=experiment_plots(run, reference),
+            changes=changes(report, run, reference),
+            measured=measured(report, run, _own_figures(decisions.get(run.node), run.node)),
+            figures=[(k, format_figure(v), (run.node, k) in read) for k, v in scalars(run.outcome, shown)],
+            plots=[d for d in drawn if isinstance(d, Plot)],
+            excerpts=[d for d in drawn if isinstance(d, Excerpt)],
+            tables=[d for d in drawn if isinstance(d, Table)] + record_tables(run.outcome, shown),
             decision=decisions.get(run.node)))
     proof = next((e for e in experiments if e.role == "proof"), None)
     proof_reference = references.get(report.proof) if report.proof else None
     return Views(
         experiments=experiments, anchors=anchors, proof=proof,
-        proof_plot=_proof_plot(proof.run, proof_reference) if proof else None,
+        proof_plot=_proof_plot(report, proof.run, proof_reference) if proof else None,
         proof_table=_proof_table(report, proof.run if proof else None, proof_reference),
         overview_plot=_overview_plot(report, references),
         history_plot=_history_plot(report),
-        location=_location(report), source_context=_source_context(report),
-        key_figures=key_figures(report), titles=titles, differentials=differential_views(report),
+        location=_location(report), source=_source(report, experiments),
+        key_figures=key_figures(report), path=path_view(report, {e.run.node: e.measured for e in experiments}),
+        titles=titles,
+        differentials=differential_views(report, lambda run: headline_values(report, run)),
         ranks=rank_section(report),
     )
 
 
-def _own_figures(decision: Optional[Decision], node: str) -> dict[str, Any]:
-    return {k: v for k, v in (decision.figures if decision else {}).items() if k.startswith(node + ".")}
+# --- one declared view, drawn --------------------------------------------------------------------
+
+def draw(view: View, run: ExperimentRun, reference: Optional[ExperimentRun]) -> Optional[Drawn]:
+    """`view` of `run`'s outcome (`reference`: the run it is compared with); None when there is nothing
+    to draw (a field missing, empty, or of another shape than declared)."""
+    outcome = run.outcome or {}
+    if isinstance(view, Curve):
+        return _curve(view, run, reference)
+    if isinstance(view, Bars):
+        return _bars(view, outcome)
+    if isinstance(view, SourceExcerpt):
+        return _excerpt(view, outcome)
+    if isinstance(view, TableView):
+        return _table(view, outcome)
+    return None
 
 
-def _references(report: Report) -> dict[str, ExperimentRun]:
-    """Each experiment's reference: the first run of the same experiment on the path that starts
-    from the checkpoint (the baseline; a replay from a fresh init is an intervention, not a reference)."""
-    first: dict[str, ExperimentRun] = {}
-    for run in report.experiments:
-        if run.params.get("init", "checkpoint") == "checkpoint":
-            first.setdefault(run.experiment, run)
-    return {run.node: first.get(run.experiment, run) for run in report.experiments}
-
-
-def _series(run: ExperimentRun, key: str, color: str, label: Optional[str] = None, **kw) -> Optional[plots.Series]:
-    values = (run.outcome or {}).get(key)
-    if not isinstance(values, list) or not values:
+def _curve(view: Curve, run: ExperimentRun, reference: Optional[ExperimentRun]) -> Optional[Plot]:
+    outcome = run.outcome or {}
+    values = _list(outcome, view.field)
+    if not values or (view.hide_if_constant and not _varies(values)):
         return None
-    bad = (run.outcome or {}).get("first_nonfinite_step")
-    return plots.Series(label=label or run.node, values=values, color=color,
-                        first_nonfinite=bad if isinstance(bad, int) else None, **kw)
+    against = reference if view.against and reference is not None and reference.node != run.node else None
+    # The run the others are compared with is drawn grey wherever it appears; any other run in colour.
+    is_reference = view.against is not None and against is None
+    series = []
+    if against is not None:
+        series.append(_series(view, against, plots.BASELINE, against.node, emphasis=False))
+    series.append(_series(view, run, plots.BASELINE if is_reference else plots.INTERVENTION, view.label or run.node))
+    for line in view.lines:
+        ys = _list(outcome, line.field)
+        steps = _list(outcome, line.steps) if line.steps else None
+        if ys and (steps is None or len(steps) == len(ys)):
+            series.append(plots.Series(
+                label=line.label, values=ys, color=plots.BASELINE if line.style == "reference" else plots.GOOD,
+                steps=[plots.number(s) + line.step_offset for s in steps] if steps else None,
+                dashed=line.style == "dashed", emphasis=line.style != "reference"))
+    threshold = plots.number(outcome.get(view.threshold)) if view.threshold else math.nan
+    svg = plots.curves(
+        [s for s in series if s is not None], view.title + (f": {run.node} vs {against.node}" if against else ""),
+        xlabel=view.xlabel, ylabel=view.ylabel, log_x=view.log_x, log_y=view.log_y,
+        hline=(threshold, f"{view.threshold_label} {threshold:g}") if math.isfinite(threshold) else None,
+        marks=[_mark(view, m, outcome) for m in view.marks if math.isfinite(plots.number(outcome.get(m.field)))])
+    return Plot(view.caption, svg) if svg else None
 
 
-def _val_series(run: ExperimentRun, color: str) -> Optional[plots.Series]:
+def _series(view: Curve, run: ExperimentRun, color: str, label: str, emphasis: bool = True) -> Optional[plots.Series]:
     outcome = run.outcome or {}
-    values, steps = outcome.get("val_losses"), outcome.get("val_steps")
-    if not isinstance(values, list) or not values or not isinstance(steps, list) or len(steps) != len(values):
+    values = _list(outcome, view.field)
+    if not values:
         return None
-    # val_steps count finished steps (1-based); the training curve's x is the 0-based step index.
-    return plots.Series(label=f"{run.node} (val)", values=values, steps=[s - 1 for s in steps], color=color,
-                        dashed=True)
+    xs = _list(outcome, view.x) if view.x else None
+    bad = outcome.get(view.nonfinite_step) if view.nonfinite_step else None
+    return plots.Series(label=label, values=values, steps=xs if xs and len(xs) == len(values) else None,
+                        color=color, emphasis=emphasis,
+                        first_nonfinite=bad if isinstance(bad, int) and not isinstance(bad, bool) else None)
 
 
-def experiment_plots(run: ExperimentRun, reference: Optional[ExperimentRun]) -> list[Plot]:
-    """Plots where a person would rather look than read, chosen by what the outcome carries."""
-    outcome = run.outcome or {}
-    if _series_of(outcome, "lrs") and _series_of(outcome, "losses") and "current_lr" in outcome:
-        svg = plots.lr_range(outcome["lrs"], outcome["losses"], outcome.get("current_lr"),
-                             outcome.get("suggested_lr"), outcome.get("diverged_at_lr"))
-        return [Plot("", svg)] if svg else []
-    if "outliers" in outcome:  # per-batch figures, not per step
-        return [Plot("", svg) for key, label in (("losses", "Loss"), ("grad_norms", "Gradient norm"))
-                if _series_of(outcome, key)
-                and (svg := plots.batch_bars(outcome[key], _ints(outcome["outliers"]),
-                                             f"{label} of each snapshot batch (red: flagged)", label.lower()))]
-    found = _curve_plots(run, reference)
-    if _series_of(outcome, "user_losses") or _series_of(outcome, "reference_losses"):
-        series = [s for s in (plots.Series("the run's train_step", outcome.get("user_losses") or [], color=plots.BAD),
-                              plots.Series("reference loop", outcome.get("reference_losses") or [],
-                                           color=plots.BASELINE)) if s.values]
-        svg = plots.loss_curves(series, title="Loss per step: the run's own step vs the reference loop")
-        if svg:
-            found.append(Plot("", svg))
-    lrs = _series_of(outcome, "lrs")
-    if lrs and ("checkpoint_step" in outcome or _varies(lrs)):
-        step = outcome.get("checkpoint_step")
-        svg = plots.lr_schedule(lrs, outcome.get("steps"), step if isinstance(step, int) else None)
-        if svg:
-            found.append(Plot("", svg))
-    norms = _named(outcome.get("layer_norms"), "norm")
-    if norms:
-        svg = plots.layer_bars(norms, "Gradient norm per parameter", "gradient norm", log=True)
-        found.append(Plot("In depth order, input side at the top; a red 0 got no gradient.", svg))
-    dead = _named(outcome.get("layers"), "dead_fraction")
-    if any(value is not None for _, value in dead):
-        svg = plots.layer_bars(dead, "Dead units per layer", "fraction of units never active",
-                               limit=(0.0, 1.0), highlight_above=0.5)
-        found.append(Plot("Red: more than half of the layer's units never fired.", svg))
-    return found
+def _mark(view: Curve, mark, outcome: dict[str, Any]) -> plots.Mark:
+    """`checkpoint (step 80): learning rate 0.0345`: where it is, and the curve's value there."""
+    x = plots.number(outcome.get(mark.field))
+    label = f"{mark.label} ({view.xlabel} {x:.3g})"
+    ys, xs = plots.numbers(_list(outcome, view.field)), _list(outcome, view.x) if view.x else None
+    xs = plots.numbers(xs) if xs and len(xs) == len(ys) else list(range(len(ys)))
+    at = [y for x0, y in zip(xs, ys) if x0 == x and math.isfinite(y)]
+    if at and not view.log_x:
+        label += f": {view.ylabel or view.field} {at[0]:.3g}"
+    return plots.Mark(x=x, label=label, color=_TONES[mark.tone])
 
 
-def _curve_plots(run: ExperimentRun, reference: Optional[ExperimentRun]) -> list[Plot]:
-    """Loss and gradient norm per step, against the reference run of the same experiment."""
-    outcome = run.outcome or {}
-    found = []
-    against = reference if reference is not None and reference.node != run.node else None
-    mine = plots.INTERVENTION if against else plots.BASELINE
-    for key, draw, caption in (("losses", plots.loss_curves, "Loss per step"),
-                               ("grad_norms", plots.grad_norm_curves, "Gradient norm per step, before clipping")):
-        series = [s for s in (_series(against, key, plots.BASELINE, emphasis=False) if against else None,
-                              _series(run, key, mine),
-                              _val_series(run, plots.GOOD) if key == "losses" else None) if s]
-        if not any(s.label == run.node for s in series):
-            continue
-        extra = {"clip": plots.number(outcome.get("clip_threshold"))} \
-            if key == "grad_norms" and outcome.get("clip_threshold") is not None else {}
-        svg = draw(series, title=caption + (f": {run.node} vs {against.node}" if against else ""), **extra)
-        if svg:
-            found.append(Plot("", svg))  # its title says it all
-    return found
+def _bars(view: Bars, outcome: dict[str, Any]) -> Optional[Plot]:
+    items = _list(outcome, view.field)
+    if view.value:  # records: a named bar per record that holds a value
+        rows = [(str(row.get(view.labels, f"#{i}")) if view.labels else f"#{i}", row.get(view.value))
+                for i, row in enumerate(items) if isinstance(row, dict) and row.get(view.value) is not None]
+    elif view.labels:
+        names = _list(outcome, view.labels)
+        rows = list(zip(map(str, names), items)) if len(names) == len(items) else []
+    else:
+        highlighted = [i for i in _list(outcome, view.highlight) if isinstance(i, int)] if view.highlight else []
+        svg = plots.index_bars(items, highlighted, view.title, view.axis_label, xlabel=view.index_label,
+                               highlight_above=view.highlight_above)
+        return Plot(view.caption, svg) if svg else None
+    if not rows:
+        return None
+    svg = plots.layer_bars(rows, view.title, view.axis_label, log=view.log, limit=view.limit,
+                           highlight_above=view.highlight_above)
+    return Plot(view.caption, svg) if svg else None
 
 
-def _series_of(outcome: dict[str, Any], key: str) -> list[Any]:
-    value = outcome.get(key)
-    return value if isinstance(value, list) and value else []
+def _excerpt(view: SourceExcerpt, outcome: dict[str, Any]) -> Optional[Excerpt]:
+    lines = [row for row in _list(outcome, view.field)
+             if isinstance(row, dict) and isinstance(row.get("line"), int) and isinstance(row.get("text"), str)]
+    if not lines:
+        return None
+    return Excerpt(title=view.title, file=str(lines[0].get("file", "")), caption=view.caption,
+                   lines=[(row["line"], row["text"], bool(row.get("is_culprit"))) for row in lines])
 
 
-def _ints(values: Any) -> list[int]:
-    return [v for v in values if isinstance(v, int)] if isinstance(values, list) else []
+def _table(view: TableView, outcome: dict[str, Any], limit: Optional[int] = None) -> Optional[Table]:
+    limit = limit or view.limit
+    first = _list(outcome, view.fields[0])
+    if len(view.fields) == 1 and first and all(isinstance(row, dict) for row in first):
+        columns = list(view.columns or dict.fromkeys(c for row in first for c in row))
+        rows = [[format_figure(row.get(c)) for c in columns] for row in first[:limit]]
+        return Table(view.title, columns, rows, max(0, len(first) - limit), view.caption)
+    lists = [_list(outcome, f) for f in view.fields]
+    count = max((len(values) for values in lists), default=0)
+    if not count:
+        return None
+    rows = [[str(i)] + [format_figure(values[i]) if i < len(values) else "" for values in lists]
+            for i in range(min(count, limit))]
+    return Table(view.title, ["#", *view.fields], rows, max(0, count - limit), view.caption)
 
 
-def _named(rows: Any, key: str) -> list[tuple[str, Any]]:
-    if not isinstance(rows, list):
-        return []
-    return [(row.get("name", f"#{i}"), row.get(key)) for i, row in enumerate(rows)
-            if isinstance(row, dict) and key in row]
+def _list(outcome: dict[str, Any], name: Optional[str]) -> list[Any]:
+    value = outcome.get(name) if name else None
+    return value if isinstance(value, list) else []
 
 
 def _varies(values: list[Any]) -> bool:
@@ -321,11 +271,109 @@ def _varies(values: list[Any]) -> bool:
     return bool(finite) and max(finite) - min(finite) > 1e-12 * max(1.0, abs(max(finite)))
 
 
-def _proof_plot(proof: ExperimentRun, reference: Optional[ExperimentRun]) -> Optional[str]:
-    series = [s for s in (_series(reference, "losses", plots.BAD, f"{reference.node} (as the run)")
+# --- what the views do not draw ----------------------------------------------------------------
+
+def scalars(outcome: Optional[dict[str, Any]], shown: set[str] = frozenset()) -> list[tuple[str, Any]]:
+    """The outcome's single figures (and short lists of them) that no view draws, in the experiment's order."""
+    return [(k, v) for k, v in (outcome or {}).items()
+            if k not in shown and (v is None or isinstance(v, (bool, int, float, str))
+                                   or (isinstance(v, list) and not any(isinstance(x, dict) for x in v)))]
+
+
+def record_tables(outcome: Optional[dict[str, Any]], shown: set[str] = frozenset(), limit: int = 20) -> list[Table]:
+    """Lists of records no view shows (e.g. the tensors holding NaN), as tables."""
+    return [table for key, value in (outcome or {}).items()
+            if key not in shown and isinstance(value, list) and value and all(isinstance(v, dict) for v in value)
+            and (table := _table(TableView(title=key, fields=(key,)), outcome, limit))]
+
+
+# --- the headline: a run in one line, and the plots that put runs side by side ---------------------
+
+def headline(report: Report, run: Optional[ExperimentRun]) -> Optional[Curve]:
+    """The curve `run`'s experiment declared its main one, if any."""
+    if run is None:
+        return None
+    return next((v for v in report.views.get(run.experiment, []) if isinstance(v, Curve) and v.headline), None)
+
+
+def headline_values(report: Report, run: Optional[ExperimentRun]) -> list[Any]:
+    view = headline(report, run)
+    return _list(run.outcome or {}, view.field) if view and run else []
+
+
+def measured(report: Report, run: ExperimentRun, read: Optional[dict[str, Any]] = None) -> str:
+    """What an experiment measured, in one line. With a headline curve: "40 steps, finite, loss 2.31 → 0.88";
+    otherwise the figures its branch read (`read`), or its first figures."""
+    outcome = run.outcome
+    if not outcome:
+        return "nothing measured"
+    view = headline(report, run)
+    values = _list(outcome, view.field) if view else []
+    if view and values:
+        parts = [f"{len(values)} {'steps' if view.xlabel == 'step' else 'points'}"]
+        if view.nonfinite_step:
+            bad = outcome.get(view.nonfinite_step)
+            parts.append(f"non-finite at step {bad}" if bad is not None else "finite")
+        start, end = (outcome.get(view.start) if view.start else None), (outcome.get(view.end) if view.end else None)
+        if start is not None and end is not None:
+            parts.append(f"{view.ylabel or view.field} {format_figure(plots.number(start))} → "
+                         f"{format_figure(plots.number(end))}")
+        return ", ".join(parts)
+    if read:
+        shown = [f"{k.split('.', 1)[-1].replace('_', ' ')} {format_figure(v)}" for k, v in read.items()]
+        return ", ".join(shown[:4]) + (f" (+{len(shown) - 4} more)" if len(shown) > 4 else "")
+    single = [(k, v) for k, v in scalars(outcome) if not isinstance(v, list)]
+    return ", ".join(f"{k.replace('_', ' ')} {format_figure(v)}" for k, v in single[:3]) or "nothing measured"
+
+
+def changes(report: Report, run: ExperimentRun, reference: Optional[ExperimentRun]) -> list[str]:
+    """What this experiment changed against its reference: the setting its headline curve names (a
+    search's chosen trial), else its parameters that differ from the reference's."""
+    if reference is None or reference.node == run.node:
+        return []
+    view = headline(report, run)
+    setting = (run.outcome or {}).get(view.setting) if view and view.setting else None
+    if isinstance(setting, str) and setting:
+        return [setting]
+    same_kind = run.experiment == reference.experiment
+    return [describe_change(k, v) for k, v in run.params.items()
+            if k not in _VERIFICATION_PARAMS and v is not None
+            and ((k in reference.params and reference.params[k] != v) or (k not in reference.params and same_kind))]
+
+
+def _own_figures(decision: Optional[Decision], node: str) -> dict[str, Any]:
+    return {k: v for k, v in (decision.figures if decision else {}).items() if k.startswith(node + ".")}
+
+
+def _references(report: Report) -> dict[str, ExperimentRun]:
+    """Each experiment's reference: the run its fix is verified against (its `against` parameter), else
+    the first run of the same experiment on the path that starts from the checkpoint (the baseline; a
+    replay from a fresh init is an intervention, not a reference)."""
+    runs = {run.node: run for run in report.experiments}
+    first: dict[str, ExperimentRun] = {}
+    for run in report.experiments:
+        if run.params.get("init", "checkpoint") == "checkpoint":
+            first.setdefault(run.experiment, run)
+    paired = {run.node: runs.get(run.params.get("against")) if isinstance(run.params.get("against"), str) else None
+              for run in report.experiments}
+    return {run.node: paired[run.node] or first.get(run.experiment, run) for run in report.experiments}
+
+
+def _headline_series(report: Report, run: ExperimentRun, color: str, label: str, **kw) -> Optional[plots.Series]:
+    view = headline(report, run)
+    return _series(view, run, color, label, **kw) if view else None
+
+
+def _proof_plot(report: Report, proof: ExperimentRun, reference: Optional[ExperimentRun]) -> Optional[str]:
+    view = headline(report, proof)
+    if view is None:
+        return None
+    series = [s for s in (_headline_series(report, reference, plots.BAD, f"{reference.node} (as the run)")
                           if reference and reference.node != proof.node else None,
-                          _series(proof, "losses", plots.GOOD, f"{proof.node} (with the fix)")) if s]
-    return plots.loss_curves(series, title="Loss per step: as the run vs with the fix") if series else None
+                          _headline_series(report, proof, plots.GOOD, f"{proof.node} (with the fix)")) if s]
+    what = (view.ylabel or view.field).capitalize()
+    return plots.curves(series, f"{what} per {view.xlabel}: as the run vs with the fix", xlabel=view.xlabel,
+                        ylabel=view.ylabel, log_y=view.log_y) if series else None
 
 
 def _proof_table(report: Report, proof: Optional[ExperimentRun],
@@ -338,29 +386,34 @@ def _proof_table(report: Report, proof: Optional[ExperimentRun],
         if decision.node in (proof.node, reference.node):
             names += [key.split(".", 1)[1] for key in decision.figures
                       if key.split(".", 1)[0] in (proof.node, reference.node) and "." in key]
-    names = list(dict.fromkeys(["steps_run", *names]))
+    names = list(dict.fromkeys(names))
     a, b = reference.outcome or {}, proof.outcome or {}
     rows = [(n, format_figure(a.get(n)), format_figure(b.get(n))) for n in names if n in a or n in b]
-    if "loss_start" in a or "loss_start" in b:
-        rows.append(("loss start → end", *(f"{format_figure(o.get('loss_start'))} → {format_figure(o.get('loss_end'))}"
-                                           for o in (a, b))))
+    view = headline(report, proof)
+    if view and view.start and view.end and (view.start in a or view.start in b):
+        rows.append((f"{view.ylabel or view.field} start → end",
+                     *(f"{format_figure(o.get(view.start))} → {format_figure(o.get(view.end))}" for o in (a, b))))
     return rows[:6]
 
 
 def _overview_plot(report: Report, references: dict[str, ExperimentRun]) -> Optional[str]:
-    """Every replay's loss on one axis: the baseline against each intervention."""
-    runs = [r for r in report.experiments if _series_of(r.outcome or {}, "losses") and "steps_run" in r.outcome]
-    runs = [r for r in runs if r.experiment == runs[0].experiment] if runs else []  # one kind: per step
+    """Every run of the first experiment with a headline curve on one axis: the reference against each
+    intervention."""
+    runs = [r for r in report.experiments if headline_values(report, r)]
+    runs = [r for r in runs if r.experiment == runs[0].experiment] if runs else []  # one kind: one x axis
     if len(runs) < 2:
         return None
+    view = headline(report, runs[0])
     series, colors = [], iter(plots.PALETTE * 4)
     for run in runs:
         is_reference = references[run.node].node == run.node
         color = plots.BASELINE if is_reference else plots.GOOD if run.node == report.proof else next(colors)
         if run.node != report.proof and color == plots.GOOD:
             color = next(colors)
-        series.append(_series(run, "losses", color, run.node, emphasis=run.node == report.proof or is_reference))
-    return plots.loss_curves(series, title="Loss per step, every replay", wide=True)
+        series.append(_series(view, run, color, run.node, emphasis=run.node == report.proof or is_reference))
+    what = (view.ylabel or view.field).capitalize()
+    return plots.curves([s for s in series if s], f"{what} per {view.xlabel}, every {runs[0].experiment}",
+                        xlabel=view.xlabel, ylabel=view.ylabel, log_y=view.log_y, wide=True)
 
 
 def _history_plot(report: Report) -> Optional[str]:
@@ -377,47 +430,33 @@ def _history_plot(report: Report) -> Optional[str]:
     return plots.loss_curves(series, title="The failing run's loss, up to the checkpoint", wide=True)
 
 
-def _location(report: Report) -> list[tuple[str, Any]]:
+# --- where -------------------------------------------------------------------------------------
+
+def _location(report: Report) -> list[LocationRow]:
     loc = report.location
-    rows = [("Module", loc.module), ("Operation", loc.op), ("Source", loc.source), ("Batch", loc.batch),
-            ("Parameters", loc.parameters), ("Rank", loc.rank)]
-    return [(k, v) for k, v in rows if v not in (None, "", [])]
+    rows = []
+    if loc.module:
+        rows.append(LocationRow("Module", [loc.module], kind=loc.module_type, after=loc.previous_module,
+                                after_kind=loc.previous_module_type))
+    rows += [LocationRow(name, [str(value)]) for name, value in (("Operation", loc.op), ("Source", loc.source),
+                                                                  ("Batch", loc.batch), ("Rank", loc.rank))
+             if value not in (None, "")]
+    if loc.parameters:
+        rows.append(LocationRow("Parameters", loc.parameters[:6], more=max(0, len(loc.parameters) - 6)))
+    return rows
 
 
-def _source_context(report: Report) -> list[tuple[Optional[int], str, bool]]:
-    """The user's source around the faulting line, when an experiment could read the file.
-    Accepts locate's "> 123 | text" lines, {line, text} records, (line, text) pairs or plain text."""
-    for run in report.experiments:
-        context = (run.outcome or {}).get("source_context")
-        if not context:
-            continue
-        target = _line_number((run.outcome or {}).get("source") or report.location.source or "")
-        if isinstance(context, str):
-            context = context.splitlines()
-        lines: list[tuple[Optional[int], str]] = []
-        for item in context if isinstance(context, list) else []:
-            number, text = None, item
-            if isinstance(item, dict):
-                number, text = item.get("line", item.get("lineno")), item.get("text", item.get("code", ""))
-            elif isinstance(item, (list, tuple)) and len(item) == 2:
-                number, text = item
-            elif isinstance(item, str) and (parsed := _CONTEXT_LINE.match(item)):
-                number, text = int(parsed.group(2)), parsed.group(3)
-                if parsed.group(1) == ">":
-                    target = number
-            lines.append((number if isinstance(number, int) else None, str(text)))
-        return [(n, text, n is not None and n == target) for n, text in lines]
-    return []
+def _source(report: Report, experiments: list[ExperimentView]) -> Optional[Excerpt]:
+    """The user's source at the fault: the excerpt of the proof or evidence first, else of any experiment."""
+    order = sorted(experiments, key=lambda e: e.role == "")
+    return next((e.excerpts[0] for e in order if e.excerpts), None)
 
 
-def _line_number(source: str) -> Optional[int]:
-    tail = str(source).rsplit(":", 1)[-1]
-    return int(tail) if tail.isdigit() else None
-
+# --- the figures that decided ------------------------------------------------------------------
 
 def key_figures(report: Report, limit: int = 5) -> list[tuple[str, str]]:
-    """The figures that decided the verdict: those the conditions that held on the path read
-    (of an `or`, only the clauses that held), the proof's first, then the other evidence."""
+    """The figures that decided the verdict: those the clauses that held on the path read (as the
+    engine recorded them), the proof's first, then the other evidence."""
     order = [report.proof] if report.proof else []
     order += [n for n in report.evidence if n not in order]
     held = {d.node: d for d in report.decisions if d.when is not None}
@@ -432,36 +471,6 @@ def key_figures(report: Report, limit: int = 5) -> list[tuple[str, str]]:
     return list(found.items())[:limit]
 
 
-def deciding_refs(decision: Decision) -> list[str]:
-    """`node.field` references of the clauses that made `decision.when` hold, in reading order."""
-    try:
-        tree = ast.parse(decision.when or "", mode="eval").body
-    except SyntaxError:
-        return []
-
-    def lookup(node: str, name: str) -> Any:
-        value = decision.figures.get(f"{node}.{name}")
-        # report.json carries NaN and inf as strings; the condition compared numbers.
-        return plots.number(value) if value in ("NaN", "Infinity", "-Infinity") else value
-
-    def holds(clause: ast.expr) -> bool:
-        try:
-            return parse_condition(ast.unparse(clause)).evaluate(lookup)
-        except (ConditionError, TypeError, ValueError):
-            return True  # unsure: show its figures rather than hide them
-
-    def refs(node: ast.expr) -> list[ast.Attribute]:
-        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
-            chosen = [v for v in node.values if holds(v)] or node.values
-            return [a for v in chosen for a in refs(v)]
-        if isinstance(node, ast.BoolOp):
-            return [a for v in node.values for a in refs(v)]
-        return [a for a in ast.walk(node) if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name)]
-
-    ordered = sorted(refs(tree), key=lambda a: a.col_offset)
-    return list(dict.fromkeys(f"{a.value.id}.{a.attr}" for a in ordered))
-
-
 def summary_views(report: Report) -> dict[str, Any]:
     """What summary.md needs: the proof in words and the figures that decided (no plots drawn)."""
     references = _references(report)
@@ -470,11 +479,12 @@ def summary_views(report: Report) -> dict[str, Any]:
     reference = references.get(report.proof) if proof else None
     return {
         "proof": proof,
-        "proof_changes": changes(proof, reference) if proof else [],
-        "proof_measured": measured(proof.outcome) if proof else "",
+        "proof_changes": changes(report, proof, reference) if proof else [],
+        "proof_measured": measured(report, proof) if proof else "",
         "reference": reference if reference and proof and reference.node != proof.node else None,
         "proof_table": _proof_table(report, proof, reference),
         "key_figures": key_figures(report),
-        "measured": {run.node: measured(run.outcome, _own_figures(decisions.get(run.node), run.node))
+        "location": _location(report),
+        "measured": {run.node: measured(report, run, _own_figures(decisions.get(run.node), run.node))
                      for run in report.experiments},
     }
