@@ -41,8 +41,9 @@ def make_sample(name: str, out: Path) -> Path:
     return out / "report.html"
 
 
-def screenshot(html: Path, png: Path, width: int = 1200, height: int = 2400) -> None:
-    """The first `height` pixels of the page, as a reader first sees it (verdict, proof, path)."""
+def screenshot(html: Path, png: Path, width: int = 1200, height: int = 2600) -> None:
+    """The first `height` pixels of the page, as a reader first sees it: the verdict, the proof and the
+    walked path (at 1200 px wide its text is at reading size: no zoom needed)."""
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run(
             [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="zoo examples (see `triage demo --list`)")
     parser.add_argument("--all", action="store_true", help="every zoo example")
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "samples", help="parent folder")
-    parser.add_argument("--height", type=int, default=2400, help="screenshot height in pixels")
+    parser.add_argument("--height", type=int, default=2600, help="screenshot height in pixels")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     names = args.names

@@ -6,6 +6,7 @@ import math
 import re
 
 import pytest
+from markupsafe import escape
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -179,9 +180,11 @@ def test_html_shows_verdict_fix_and_proof_first(tmp_path):
 
 def test_html_draws_path_plots_location_and_source(tmp_path):
     html = write_report(crafted_report(name="n"), tmp_path)["html"].read_text()
-    # One flowchart, and the plots the experiments declare: overview, proof, loss+grad norm per replay
-    # (4), per-layer grad norms, dead units, the LR schedule, and the run's history.
-    assert len(inline_svgs(html)) == 1 + 1 + 1 + 4 * 2 + 1 + 1 + 1 + 1
+    # The flowchart (whole, and its walked part drawn again by reference), and the plots the experiments
+    # declare: overview, proof, loss+grad norm per replay (4), per-layer grad norms, dead units, the LR
+    # schedule, and the run's history.
+    assert len(inline_svgs(html)) == 2 + 1 + 1 + 4 * 2 + 1 + 1 + 1 + 1
+    assert html.count('<use href="#fc-all"/>') == 1 and html.count('id="fc-all"') == 1
     assert html.count('class="fc-node run walked') == 2 and 'class="fc-node leaf walked reached"' in html
     assert "checkpoint (step 80)" in html  # the LR trace marks the checkpoint's step
     assert '<span class="line hit"><span class="ln">3</span>y = x.sqrt()</span>' in html
@@ -296,3 +299,22 @@ def test_gradient_bars_mark_a_parameter_without_gradient():
     svg = plots.layer_bars([("enc.weight", 0.0), ("head.weight", 0.1)], "Gradient norm", "norm", log=True)
     assert re.search(r">0</text>", svg) and "enc.weight" in svg
     assert not re.search(r">0</text>", plots.layer_bars([("a", 0.5), ("b", 0.1)], "Dead", "f", limit=(0, 1)))
+
+
+def test_the_walked_path_is_listed_with_its_questions_and_clauses_and_the_chart_folded(diverged, tmp_path):
+    html = write_report(diverged, tmp_path)["html"].read_text()
+    walk_list = html[html.index('<ol class="walk">'):html.index("</ol>", html.index('<ol class="walk">'))]
+    # Every step, in the order walked, with its question; the held clauses as the engine recorded them.
+    positions = [walk_list.index(f"<code>{d.node}</code>") for d in diverged.decisions]
+    assert positions == sorted(positions)
+    titles = {n.id: n.title for n in diverged.flowchart.nodes}
+    for decision in diverged.decisions:
+        if titles.get(decision.node):
+            assert escape(titles[decision.node]) in walk_list
+        for clause in decision.held:
+            assert f"<code>{escape(clause.text)}</code>" in walk_list
+    if any(d.candidates for d in diverged.decisions):
+        assert 'href="#differential"' in walk_list
+    # The whole flowchart is there, folded below the list; the list comes before the evidence.
+    assert html.index("</ol>", html.index('<ol class="walk">')) < html.index('<details class="chart">') \
+        < html.index('<svg class="flowchart"') < html.index('id="evidence"')

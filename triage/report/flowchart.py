@@ -88,6 +88,16 @@ class Layout:
     def nodes(self) -> list[Box]:
         return [b for b in self.boxes if b.kind != "dummy"]
 
+    @property
+    def focus(self) -> tuple[float, float, float]:
+        """(left, width, height) of the part of the chart that holds the walked nodes, with room for their
+        edges' labels: what is drawn again at full size."""
+        walked = [b for b in self.nodes if b.walked] or self.nodes
+        left = max(0.0, min(b.left for b in walked) - 4 * MARGIN)
+        right = min(self.width, max(b.left + b.w for b in walked) + 4 * MARGIN)
+        bottom = min(self.height, max(b.bottom for b in walked) + 2 * MARGIN)
+        return round(left, 1), round(right - left, 1), round(bottom, 1)
+
 
 def layout(report: Report, anchors: Optional[dict[str, str]] = None) -> Layout:
     """The flowchart of `report` placed for drawing; `anchors` maps node ids to page anchors."""
