@@ -47,7 +47,7 @@ def leaky_setup():
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     folder = tmp_path_factory.mktemp("project")
-    (folder / "mymod.py").write_text(ENTRY)
+    (folder / "terminal_entry.py").write_text(ENTRY)
     torch.save({"model": torch.nn.Linear(4, 2).state_dict()}, folder / "ckpt.pt")
     return folder
 
@@ -55,7 +55,7 @@ def project(tmp_path_factory):
 @pytest.fixture(scope="module")
 def report_json(project):
     proc = subprocess.run([sys.executable, "-m", "triage", "run", "--checkpoint", "ckpt.pt", "--entry",
-                           "mymod:setup", "--out", "out", "--output", "quiet"],
+                           "terminal_entry:setup", "--out", "out", "--output", "quiet"],
                           capture_output=True, text=True, cwd=project)
     assert proc.returncode == 0, proc.stderr
     return project / "out" / "report.json"
@@ -99,18 +99,18 @@ def test_demo_list_gives_each_example_a_line_that_says_what_it_is():
 def test_a_mistyped_entry_function_suggests_the_near_names_that_exist(project, monkeypatch, typed, suggested):
     monkeypatch.chdir(project)
     monkeypatch.syspath_prepend(str(project))
-    result = CliRunner().invoke(app, ["run", "--checkpoint", "ckpt.pt", "--entry", f"mymod:{typed}",
+    result = CliRunner().invoke(app, ["run", "--checkpoint", "ckpt.pt", "--entry", f"terminal_entry:{typed}",
                                       "--out", "never", "--output", "quiet"])
     message = " ".join(result.output.split())
     assert result.exit_code == 2
-    assert suggested in message.lower() and "--entry mymod:setup" in message
+    assert suggested in message.lower() and "--entry terminal_entry:setup" in message
     assert f"def {typed}()" not in message  # not told to define the misspelled name
 
 
 def test_an_entry_function_with_no_near_name_is_explained_as_before(project, monkeypatch):
     monkeypatch.chdir(project)
     monkeypatch.syspath_prepend(str(project))
-    result = CliRunner().invoke(app, ["run", "--checkpoint", "ckpt.pt", "--entry", "mymod:build_everything",
+    result = CliRunner().invoke(app, ["run", "--checkpoint", "ckpt.pt", "--entry", "terminal_entry:build_everything",
                                       "--output", "quiet"])
     message = " ".join(result.output.split())
     assert result.exit_code == 2 and "Define `def build_everything() -> triage.Setup:`" in message
@@ -164,7 +164,7 @@ def leaky(project):
         os.chdir(project)
         sys.path.insert(0, str(project))
         try:
-            return CliRunner().invoke(app, ["run", "--checkpoint", "ckpt.pt", "--entry", "mymod:leaky_setup",
+            return CliRunner().invoke(app, ["run", "--checkpoint", "ckpt.pt", "--entry", "terminal_entry:leaky_setup",
                                             "--out", f"out{len(flags)}", *flags])
         finally:
             os.chdir(here)
@@ -177,9 +177,9 @@ def test_a_loop_bug_verdict_names_the_bug_and_where_train_step_is(leaky, project
     assert result.exit_code == 0, result.output
     line = ENTRY.splitlines().index("def step_without_zero_grad(model, optimizer, batch):") + 1
     fix = _line(result, "Fix")
-    assert fix.startswith("Call optimizer.zero_grad() every step in train_step (mymod.py:%d)" % line)
+    assert fix.startswith("Call optimizer.zero_grad() every step in train_step (terminal_entry.py:%d)" % line)
     assert "the gradients accumulate across steps" in fix
-    assert _line(result, "Where") == f"mymod.py:{line}"
+    assert _line(result, "Where") == f"terminal_entry.py:{line}"
     assert _line(result, "Evidence").startswith('measured at loop, no fix replayed: "no: its gradients '
                                                 'accumulate across steps" (has train step, grads accumulate)')
 

@@ -24,6 +24,7 @@ import torch
 from typer.testing import CliRunner
 
 from triage.cli import app
+from triage.report.model import SCHEMA_VERSION
 
 ENTRY = '''
 import sys
@@ -571,4 +572,4 @@ def test_a_truncated_checkpoint_exits_2(project):
 def test_a_good_run_exits_0_and_writes_the_report_without_touching_inputs(project):
     code, text = run_cli(project)
     data = assert_written(project, code, text)
-    assert data["status"] == "complete" and data["schema_version"] == "1.2"
+    assert data["status"] == "complete" and data["schema_version"] == SCHEMA_VERSION

@@ -146,13 +146,13 @@ def test_stock_check_rejects_a_fix_that_does_not_fix():
 
 
 def test_stock_check_rejects_a_case_a_competing_fix_also_explains():
-    # An LR 30x too low, labelled as a decayed schedule: holding the LR at its peak fixes it, but so does
-    # lr x10 (lr_too_low's fix), so the label is ambiguous.
+    # An LR 30x too low, labelled as dead units: its named fix (the LR x30) works, but so does lr x10
+    # (lr_too_low's fix), so the label is ambiguous.
     base = baseline("mlp", "sgd")
     faulty = replace(base, lr=base.lr / 30, checkpoint_step=20)
-    ambiguous = Fault("lr_schedule_decayed", faulty, replace(faulty, lr=base.lr), (NO_LEARNING,), "knobs",
-                      "an LR too low, labelled as a decayed schedule", Knobs(lr_scale=30.0))
-    verdict = validate(Case(CaseSpec("lr_schedule_decayed", "mlp", "sgd", "mild"), ambiguous))
+    ambiguous = Fault("dead_relu", faulty, replace(faulty, lr=base.lr), (NO_LEARNING,), "knobs",
+                      "an LR too low, labelled as dead units", Knobs(lr_scale=30.0))
+    verdict = validate(Case(CaseSpec("dead_relu", "mlp", "sgd", "mild"), ambiguous))
     assert not verdict.ok and "competing fix (lr x10, for lr_too_low)" in verdict.reason
 
 
