@@ -21,11 +21,13 @@ from triage.experiments.registry import Registry
 from triage.experiments.replay import REPLAY
 from triage.experiments.replicas import REPLICA_SYNC
 from triage.experiments.search import INIT_SEARCH, LR_SEARCH
+from triage.experiments.standard_loss import STANDARD_LOSS_SWAP
 from triage.records import ExperimentRun
 
 BUILTIN = (DATA_CHECK, CHECKPOINT_CHECK, LABEL_CHECK, OVERLAP_CHECK, HISTORY_CHECK, LOOP_DIFF, INIT_LOSS, REPLAY,
            BATCH_SCAN, LOCATE_NONFINITE, LR_RANGE_TEST, GRADIENT_FLOW, ACTIVATION_HEALTH, LR_TRACE,
-           OUTPUT_CHECK, LR_SEARCH, INIT_SEARCH, REPLICA_SYNC, RANK_DATA, EPOCH_ORDER)
+           OUTPUT_CHECK, LR_SEARCH, INIT_SEARCH, REPLICA_SYNC, RANK_DATA, EPOCH_ORDER,
+           STANDARD_LOSS_SWAP)
 
 
 def default_registry() -> Registry:

@@ -68,7 +68,7 @@ class _Stop(Exception):
 def _measure(session: Any) -> LossLevels:
     setup = session.setup
     batches = session.batches[:PROBE_BATCHES]
-    output = _top_output(setup, batches[0])
+    output = top_output(setup, batches[0])
     targets = class_targets(batches[0])
     if output is None:  # a structured output (a Hugging Face ModelOutput, a dict): its logits give K only
         logits = model_output(setup, batches[0], session.device)
@@ -78,16 +78,16 @@ def _measure(session: Any) -> LossLevels:
         return LossLevels(kind="unknown")
     k = output.shape[-1] if output.dim() >= 2 else 0
     if targets is not None and k >= 2:
-        prior = _class_prior(session.batches, k)
-        constant = None if prior is None else _constant_loss(setup, batches, prior.log())
+        prior = class_prior(session.batches, k)
+        constant = None if prior is None else constant_loss(setup, batches, prior.log())
         return LossLevels(kind="classification", num_classes=k, chance=math.log(k), constant=constant)
-    mean = _target_mean(session.batches, output)
+    mean = target_mean(session.batches, output)
     if mean is None:
         return LossLevels(kind="unknown")
-    return LossLevels(kind="regression", constant=_constant_loss(setup, batches, mean))
+    return LossLevels(kind="regression", constant=constant_loss(setup, batches, mean))
 
 
-def _top_output(setup: Any, batch: Any) -> Optional[torch.Tensor]:
+def top_output(setup: Any, batch: Any) -> Optional[torch.Tensor]:
     """The model's own output on `batch` when it is one floating tensor (else None), without running
     the loss on it."""
     seen: list[Any] = []
@@ -113,7 +113,7 @@ def _top_output(setup: Any, batch: Any) -> Optional[torch.Tensor]:
     return seen[0]
 
 
-def _class_prior(batches: list[Any], k: int) -> Optional[torch.Tensor]:
+def class_prior(batches: list[Any], k: int) -> Optional[torch.Tensor]:
     """Class frequencies over the snapshot (add-one smoothed so no class has probability 0)."""
     counts = torch.ones(k, dtype=torch.float64)
     for batch in batches:
@@ -126,12 +126,12 @@ def _class_prior(batches: list[Any], k: int) -> Optional[torch.Tensor]:
     return (counts / counts.sum()).float()
 
 
-def _target_mean(batches: list[Any], output: torch.Tensor) -> Optional[torch.Tensor]:
+def target_mean(batches: list[Any], output: torch.Tensor) -> Optional[torch.Tensor]:
     """The mean regression target, per output column: the batch's last floating tensor whose element
     count matches the output's (e.g. (B,) or (B, 1) targets for a (B, 1) output)."""
     rows = []
     for batch in batches:
-        target = _regression_target(batch, output.numel() if not rows else None)
+        target = regression_target(batch, output.numel() if not rows else None)
         if target is None:
             return None
         rows.append(target.reshape(target.shape[0], -1).double().cpu())
@@ -141,7 +141,7 @@ def _target_mean(batches: list[Any], output: torch.Tensor) -> Optional[torch.Ten
     return mean.float() if mean.numel() in (1, output.shape[-1]) else None
 
 
-def _regression_target(batch: Any, numel: Optional[int]) -> Optional[torch.Tensor]:
+def regression_target(batch: Any, numel: Optional[int]) -> Optional[torch.Tensor]:
     floats = [t for _, t in named_tensors(batch) if t.is_floating_point() and t.dim() >= 1]
     if len(floats) < 2:  # the inputs and a target at least
         return None
@@ -149,7 +149,7 @@ def _regression_target(batch: Any, numel: Optional[int]) -> Optional[torch.Tenso
     return target if numel is None or target.numel() == numel else None
 
 
-def _constant_loss(setup: Any, batches: list[Any], constant: torch.Tensor) -> Optional[float]:
+def constant_loss(setup: Any, batches: list[Any], constant: torch.Tensor) -> Optional[float]:
     """The run's loss when the model outputs `constant` (broadcast over its last dim) for every example."""
     def replace(module, inputs, output):
         if not isinstance(output, torch.Tensor):

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.probes import mean_loss, model_output
+from triage.experiments.standard_loss import Comparison, compare_at_checkpoint, standard_rule
 from triage.batches import named_tensors
 
 
@@ -47,6 +48,17 @@ class OutputCheckOutcome(Outcome):
     unsquash_ratio: Optional[float] = Field(
         default=None, description="unsquashed_loss / loss_checkpoint: well below 1 is a loss that squashes "
                                   "what the model already squashed (sigmoid into BCEWithLogits, ...).")
+    standard_rule: Optional[str] = Field(
+        default=None, description="The standard loss for these outputs and targets: cross_entropy (raw scores, "
+                                  "class targets) or mse (raw values, float targets); None when none pairs.")
+    standard_loss: Optional[float] = Field(default=None, description="That loss at the checkpoint (eval mode).")
+    loss_vs_standard: Optional[float] = Field(
+        default=None, description="The run's own loss / the standard loss, on the same forwards: 1 when the "
+                                  "run's loss is the standard one.")
+    gradient_vs_standard: Optional[float] = Field(
+        default=None, description="|d own/d output - d standard/d output| / |d standard/d output| at the "
+                                  "checkpoint: 0 when the run's loss is the standard one; above a few percent, "
+                                  "a loss of its own making (even where the two values agree).")
 
 
 def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
@@ -70,7 +82,13 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
     squashed = finite and bool((rows >= -tol).all() and (rows <= 1 + tol).all())
     unsquashed = _unsquashed_loss(setup, batches, device, probabilities) if squashed else None
     session.restore()
+    rule, compared = _against_standard(session)
+    session.restore()
     return OutputCheckOutcome(
+        standard_rule=rule, standard_loss=compared.standard if compared else None,
+        loss_vs_standard=compared.own / compared.standard
+        if compared and compared.standard and math.isfinite(compared.own / compared.standard) else None,
+        gradient_vs_standard=compared.gradient_gap if compared and math.isfinite(compared.gradient_gap) else None,
         squashed=squashed, unsquashed_loss=unsquashed, targets_discrete=all(_discrete_targets(b) for b in batches),
         unsquash_ratio=unsquashed / loss if unsquashed is not None and loss > 0 and math.isfinite(loss) else None,
         has_output=True, output_dim=k, output_min=float(rows.min()), output_max=float(rows.max()),
@@ -78,6 +96,17 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
         loss_checkpoint=loss, probability_ce_floor=floor,
         loss_floor_ratio=loss / floor if floor and math.isfinite(loss) else None,
     )
+
+
+def _against_standard(session) -> tuple[Optional[str], Optional[Comparison]]:
+    """The standard loss's rule, and the run's own loss against it at the checkpoint."""
+    rule = standard_rule(session)
+    if rule is None:
+        return None, None
+    try:
+        return rule, compare_at_checkpoint(session, rule)
+    except ValueError:  # the output and targets do not pair batch by batch
+        return None, None
 
 
 def _discrete_targets(batch) -> bool:

@@ -160,10 +160,13 @@ class _Trace:
         return loss, norm
 
 
-def measure(ctx: Context, p: ReplayParams) -> ReplayOutcome:
-    """The replay from the restored snapshot, verified against `p.against` when it names one."""
+def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
+    """The replay from the restored snapshot, verified against `p.against` when it names one. `loss_fn`,
+    when given, trains in place of the run's own (for an experiment that replays on another loss)."""
     session = ctx.session
     setup = session.setup if p.init == "checkpoint" else session.fresh_setup()
+    if loss_fn is not None:
+        setup = setup.model_copy(update={"loss_fn": loss_fn})
     if p.swap_saturating:
         swap_saturating(setup.model)
     apply_init(setup.model, p.init, p.init_scale)
@@ -253,7 +256,7 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
 def _start_weights(session, setup, p: ReplayParams) -> list[torch.Tensor]:
     """The weights the replay starts from, to measure how far it moved them: the snapshot's own copy
     when it starts from the checkpoint as restored (no second copy of the model in memory), else a copy."""
-    if setup is session.setup and not p.revive_dead:
+    if setup.model is session.setup.model and not p.revive_dead:
         saved = session.snapshot.model
         names = [name for name, _ in setup.model.named_parameters()]
         if all(name in saved for name in names):

@@ -1,0 +1,105 @@
+"""A fault inside loss_fn: the run trained on its own loss against the standard one, from the same start."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import triage
+from tests._instrument_runs import classifier_setup, digits, mlp, run, session_of, trained_checkpoint
+from triage.experiments.outputs import OUTPUT_CHECK
+from triage.experiments.standard_loss import STANDARD_LOSS_SWAP
+
+
+def smoothed(model, batch):  # the typo: label_smoothing=0.9 for 0.1 leaves a nearly uniform target
+    x, y = batch
+    return nn.functional.cross_entropy(model(x), y, label_smoothing=0.9)
+
+
+def _regression_batches():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 8, generator=g)
+    y = x[:, 0] * 2 - x[:, 1] + 0.1 * torch.randn(512, generator=g)  # (B,) targets
+    return [(x[i:i + 64], y[i:i + 64]) for i in range(0, 512, 64)]
+
+
+def broadcast_mse(model, batch):  # the bug: (B, 1) - (B,) is (B, B): every row against every target
+    x, y = batch
+    return ((model(x) - y) ** 2).mean()
+
+
+def plain_mse(model, batch):
+    x, y = batch
+    return nn.functional.mse_loss(model(x).squeeze(-1), y)
+
+
+def regressor_setup(loss_fn, lr=0.05):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+    return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=lr), loss_fn=loss_fn,
+                        batches=_regression_batches())
+
+
+def test_the_standard_loss_is_the_runs_own_for_plain_cross_entropy_and_mse():
+    out = run(OUTPUT_CHECK, session_of(classifier_setup))
+    assert math.isclose(out.loss_vs_standard, 1.0, rel_tol=1e-5) and out.gradient_vs_standard < 1e-5
+    out = run(OUTPUT_CHECK, session_of(lambda: regressor_setup(plain_mse)))
+    assert out.standard_rule == "mse" and math.isclose(out.loss_vs_standard, 1.0, rel_tol=1e-5)
+    assert out.gradient_vs_standard < 1e-5
+
+
+def test_a_loss_of_the_runs_own_making_differs_from_the_standard_one():
+    # Near a uniform output the smoothed loss has the plain one's value, but not its gradient.
+    out = run(OUTPUT_CHECK, session_of(lambda: classifier_setup(loss_fn=smoothed)))
+    assert out.standard_rule == "cross_entropy" and 0.95 < out.loss_vs_standard < 1.05
+    assert out.gradient_vs_standard > 0.5
+    out = run(OUTPUT_CHECK, session_of(lambda: regressor_setup(broadcast_mse)))
+    assert out.standard_rule == "mse" and out.gradient_vs_standard > 0.5
+
+
+def test_trained_on_the_standard_loss_the_smoothed_run_learns_and_both_curves_share_its_unit():
+    factory = lambda: classifier_setup(loss_fn=smoothed)  # noqa: E731
+    session = session_of(factory, checkpoint=trained_checkpoint(factory, steps=60))
+    out = run(STANDARD_LOSS_SWAP, session, steps=60)
+    assert out.rule == "cross_entropy" and len(out.losses) == len(out.run_losses) == 60
+    # the run as it was barely moves cross-entropy; trained on it, the same start goes well below it
+    assert out.fix_works and out.improvement < 0.5 and out.sane_kind == "constant"
+    assert out.loss_end < 0.5 * out.nothing_level
+    assert out.run_losses[0] == pytest.approx(out.losses[0], rel=1e-5)  # the same start, the same first batch
+
+
+def test_the_swap_does_not_verify_on_a_run_that_is_stuck_for_another_reason():
+    # A legitimate smoothing of 0.1 at a learning rate far too low: the standard loss does not help.
+    factory = lambda: classifier_setup(lr=1e-5, loss_fn=lambda m, b: nn.functional.cross_entropy(  # noqa: E731
+        m(b[0]), b[1], label_smoothing=0.1))
+    out = run(STANDARD_LOSS_SWAP, session_of(factory), steps=40)
+    assert out.fix_works is False and not out.better
+
+
+def test_the_swap_refuses_a_model_whose_output_pairs_with_no_target():
+    factory = lambda: classifier_setup(batches=[(x,) for x, _ in digits(2)],  # noqa: E731
+                                       loss_fn=lambda m, b: m(b[0]).pow(2).mean())
+    with pytest.raises(ValueError, match="no standard loss"):
+        run(STANDARD_LOSS_SWAP, session_of(factory))
+
+
+@pytest.mark.parametrize("loss_fn, factory", [
+    (smoothed, lambda loss: classifier_setup(loss_fn=loss)),
+    (broadcast_mse, regressor_setup),
+], ids=["label_smoothing_0.9", "broadcast_mse"])
+def test_triage_names_the_wrong_loss_and_proves_the_standard_one(tmp_path, loss_fn, factory):
+    make = lambda: factory(loss_fn)  # noqa: E731
+    torch.manual_seed(0)
+    setup, losses = make(), []
+    for step in range(80):  # the stock loop, to where its owner would notice it learns nothing
+        setup.optimizer.zero_grad()
+        loss = setup.loss_fn(setup.model, setup.batches[step % len(setup.batches)])
+        loss.backward()
+        setup.optimizer.step()
+        losses.append(loss.item())
+    path = triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, step=80, history=losses)
+    report, _ = triage.run(make, path, out=tmp_path / "report")
+    assert report.root_cause == "wrong_loss", report.path
+    assert report.proof == "standard_loss"
+    assert ("cross_entropy" if loss_fn is smoothed else "mse") in report.fix

@@ -1,0 +1,207 @@
+"""The standard loss for what the model outputs, and the counterfactual that trains on it.
+
+A fault inside `loss_fn` (a softmax before cross_entropy, label_smoothing=0.9 for 0.1, a sigmoid on a
+regressor's output, a (B, 1) - (B,) MSE that broadcasts) leaves the model's outputs looking normal:
+only training on the standard loss shows it. The standard loss is cross-entropy on the raw scores for
+class targets, and MSE on the raw values for float targets, read from the model's own output (a
+forward hook) and the batch's targets.
+
+`standard_loss_swap` replays the run twice from the same start, for the same steps on the same
+batches: as it was, and trained on the standard loss. Both are scored by the standard loss at every
+step, so the two curves are in one unit, and the fix is verified (triage/experiments/verify.py) against
+the run as it was, at a level measured in that unit (the label entropy, the target variance).
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any, Callable, Literal, NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from triage.experiments.base import Context, Experiment, Params
+from triage.experiments.levels import (PROBE_BATCHES, LossLevels, class_prior, constant_loss, loss_levels,
+                                       regression_target, target_mean, top_output)
+from triage.experiments.probes import IGNORE_INDEX, class_targets
+from triage.experiments.replay import ReplayOutcome, ReplayParams
+from triage.experiments.replay import measure as replay
+from triage.experiments.training import autocast, loss_value, start_end
+from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, verification
+from triage.views import Curve, Line
+
+Rule = Literal["cross_entropy", "mse"]
+
+RULE_WORDS = {"cross_entropy": "cross-entropy on the raw scores", "mse": "MSE on the raw outputs"}
+
+
+def standard_rule(session: Any) -> Optional[Rule]:
+    """The standard loss for the session's model and targets: cross-entropy for a classifier whose
+    output is one tensor, MSE for a regressor; None when neither can be read (a structured output such
+    as a Hugging Face ModelOutput computes its own loss, with its own label shift)."""
+    levels = loss_levels(session)
+    if levels.kind == "classification" and levels.constant is not None:
+        return "cross_entropy"
+    if levels.kind == "regression":
+        return "mse"
+    return None
+
+
+def standard_loss(rule: Rule, output: Any, batch: Any) -> Optional[torch.Tensor]:
+    """The standard loss of one batch's `output` against its targets; None when the shapes do not pair."""
+    if not isinstance(output, torch.Tensor) or not output.is_floating_point() or output.dim() < 1:
+        return None
+    if rule == "cross_entropy":
+        y = class_targets(batch)
+        k = output.shape[-1]
+        if y is None or output.dim() < 2 or y.numel() * k != output.numel():
+            return None
+        return F.cross_entropy(output.reshape(-1, k).float(), y.reshape(-1).to(output.device).long(),
+                               ignore_index=IGNORE_INDEX)
+    target = regression_target(batch, output.numel())
+    if target is None:
+        return None
+    return F.mse_loss(output.reshape(-1).float(), target.reshape(-1).to(output.device).float())
+
+
+def scored_by_standard(loss_fn: Callable[..., Any], rule: Rule, *, train_on: Literal["run", "standard"],
+                       scores: list[float]) -> Callable[..., Any]:
+    """A loss_fn(model, batch) that calls the run's own `loss_fn` (only it knows how to call the model),
+    appends the standard loss of the model's output to `scores`, and returns the loss to train on: the
+    run's own or the standard one."""
+    def loss(model: torch.nn.Module, batch: Any) -> Any:
+        seen: list[Any] = []
+        handle = model.register_forward_hook(lambda module, inputs, output: seen.append(output))
+        try:
+            own = loss_fn(model, batch)
+        finally:
+            handle.remove()
+        standard = standard_loss(rule, seen[0] if seen else None, batch)
+        if standard is None:
+            raise ValueError(f"the model's output does not pair with the batch's targets for {RULE_WORDS[rule]}")
+        scores.append(loss_value(standard))
+        return standard if train_on == "standard" else own
+    return loss
+
+
+def standard_levels(session: Any, rule: Rule) -> LossLevels:
+    """The loss of learning nothing in the standard loss's unit: the label entropy (the class frequencies
+    as logits) for cross-entropy, the target variance (the mean target) for MSE."""
+    setup, batches = session.setup, session.batches[:PROBE_BATCHES]
+    scorer = setup.model_copy(update={"loss_fn": scored_by_standard(setup.loss_fn, rule, train_on="standard",
+                                                                    scores=[])})
+    run_levels = loss_levels(session)
+    if rule == "cross_entropy":
+        prior = class_prior(session.batches, run_levels.num_classes)
+        return LossLevels(kind="classification", num_classes=run_levels.num_classes, chance=run_levels.chance,
+                          constant=None if prior is None else constant_loss(scorer, batches, prior.log()))
+    output = top_output(setup, batches[0])
+    mean = None if output is None else target_mean(session.batches, output)
+    return LossLevels(kind="regression", constant=None if mean is None else constant_loss(scorer, batches, mean))
+
+
+class Comparison(NamedTuple):
+    own: float  # the run's loss, mean over the batches compared
+    standard: float  # the standard loss on the same forwards
+    gradient_gap: float  # |d own/d output - d standard/d output| / |d standard/d output|, summed over batches
+
+
+def compare_at_checkpoint(session: Any, rule: Rule) -> Comparison:
+    """The run's own loss against the standard one at the checkpoint, on the same forwards of the first
+    batches (eval mode: no BatchNorm statistics move, no dropout). The gradients they send into the
+    model's output tell them apart where their values do not: near a uniform output, a cross-entropy
+    with label_smoothing=0.9 has the plain one's value but not its gradient."""
+    setup = session.setup
+    own_losses, standard_losses, gap, size = [], [], 0.0, 0.0
+    was_training = setup.model.training
+    setup.model.eval()
+    try:
+        for batch in session.batches[:PROBE_BATCHES]:
+            seen: list[Any] = []
+            handle = setup.model.register_forward_hook(lambda module, inputs, output: seen.append(output))
+            try:
+                with autocast(setup.precision, session.device):
+                    own = setup.loss_fn(setup.model, batch)
+            finally:
+                handle.remove()
+            output = seen[0] if seen else None
+            standard = standard_loss(rule, output, batch)
+            if standard is None or not standard.requires_grad:
+                raise ValueError(f"the model's output does not pair with the batch's targets for {RULE_WORDS[rule]}")
+            (g_standard,) = torch.autograd.grad(standard, output, retain_graph=True)
+            g_own = torch.autograd.grad(own, output, allow_unused=True)[0] \
+                if isinstance(own, torch.Tensor) and own.requires_grad else None
+            g_own = torch.zeros_like(g_standard) if g_own is None else g_own
+            gap += float((g_own.float() - g_standard.float()).norm())
+            size += float(g_standard.float().norm())
+            own_losses.append(loss_value(own))
+            standard_losses.append(loss_value(standard))
+    finally:
+        setup.model.train(was_training)
+    return Comparison(own=sum(own_losses) / len(own_losses), standard=sum(standard_losses) / len(standard_losses),
+                      gradient_gap=gap / size if size > 0 else math.inf)
+
+
+class StandardLossParams(Params):
+    steps: int = Field(default=60, ge=1, le=100_000, description="Optimizer steps of each of the two replays.")
+    margin: float = Field(default=DEFAULT_MARGIN, gt=0, le=1,
+                          description="Clearly better: the end window at most margin x the run's, both scored "
+                                      "by the standard loss.")
+    level_margin: float = Field(default=DEFAULT_LEVEL_MARGIN, gt=0, le=1,
+                                description="Sane: the end window at most level_margin x the standard loss of "
+                                            "learning nothing (label entropy, target variance).")
+
+
+class StandardLossOutcome(ReplayOutcome):
+    """The replay trained on the standard loss (its losses in that loss), verified against the run as it
+    was scored by the same loss (`run_losses`): `against` stays None, the pairing is inside."""
+
+    rule: Rule = Field(description="cross_entropy: on the raw scores and class targets; mse: on the raw outputs.")
+    run_losses: list[float] = Field(description="The run as it was, replayed from the same start on its own "
+                                                "loss, scored per step by the standard loss.")
+    run_loss_end: Optional[float] = Field(default=None, description="Its end window (inf when it did not end finite).")
+
+
+def measure(ctx: Context, p: StandardLossParams) -> StandardLossOutcome:
+    session = ctx.session
+    rule = standard_rule(session)
+    if rule is None:
+        raise ValueError("no standard loss for this model's output: it needs one tensor output, and class "
+                         "targets (an integer tensor in the batch) or float targets of the output's size")
+    levels = standard_levels(session, rule)
+    steps = ReplayParams(steps=p.steps)
+    as_run: list[float] = []
+    run = replay(ctx, steps, loss_fn=scored_by_standard(session.setup.loss_fn, rule, train_on="run", scores=as_run))
+    ctx.restart()
+    fixed = replay(ctx, steps, loss_fn=scored_by_standard(session.setup.loss_fn, rule, train_on="standard",
+                                                          scores=[]))
+    run_finite = run.finite and all(math.isfinite(x) for x in as_run)
+    _, run_end = start_end(as_run)
+    reference = SimpleNamespace(finite=run_finite, loss_end=run_end)
+    verified = verification(finite=fixed.finite, loss_start=fixed.loss_start, loss_end=fixed.loss_end,
+                            reference=reference, against="run", levels=levels, margin=p.margin,
+                            level_margin=p.level_margin)
+    nothing = levels.nothing_learned
+    return StandardLossOutcome(**{
+        **fixed.model_dump(), **verified, "against": None, "rule": rule, "run_losses": as_run,
+        "run_loss_end": verified["reference_end"], "nothing_level": nothing,
+        "level_ratio": fixed.loss_end / nothing if fixed.finite and fixed.loss_end is not None and nothing else None})
+
+
+STANDARD_LOSS_SWAP = Experiment(
+    name="standard_loss_swap",
+    summary="Replays the run twice from the checkpoint, on its own loss and on the standard loss for its "
+            "outputs and targets (cross-entropy on raw scores, MSE on raw values), both scored by the "
+            "standard loss: a fault inside loss_fn shows as a run that learns only on the standard one.",
+    params=StandardLossParams,
+    outcome=StandardLossOutcome,
+    measure=measure,
+    views=(
+        Curve(title="Loss per step, both runs scored by the standard loss", field="losses", ylabel="standard loss",
+              label="trained on the standard loss", headline=True, start="loss_start", end="loss_end",
+              lines=(Line(field="run_losses", label="the run as it was (its own loss)", style="reference"),),
+              nonfinite_step="first_nonfinite_step"),
+    ),
+)
