@@ -107,6 +107,9 @@ def test_triage_names_the_wrong_loss_and_proves_the_standard_one(tmp_path, loss_
     assert report.root_cause == "wrong_loss", report.path
     assert report.proof == "standard_loss"
     assert ("cross_entropy" if loss_fn is smoothed else "mse") in report.fix
+    # the proof is drawn in the standard loss's unit, the run as it was beside it
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "both runs scored by the standard loss" in html and "the run as it was (its own loss)" in html
 
 
 def test_a_converged_run_with_the_usual_label_smoothing_is_not_a_wrong_loss(tmp_path):

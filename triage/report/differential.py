@@ -89,18 +89,22 @@ def reason(decision: Decision, causes: dict[str, str]) -> str:
     return f"{text}; " + "; ".join(parts) + tail + "."
 
 
+def _paired(run: Optional[ExperimentRun]) -> bool:
+    return run is not None and isinstance((run.outcome or {}).get("against"), str)
+
+
 def _plot(report: Report, decision: Decision, curve: Curve) -> Optional[str]:
     """The tried candidates' loss curves on one axis, with the run as it was (`against`, the run each
-    candidate's verification is paired with)."""
+    candidate's verification is paired with). A candidate verified against a run of its own (one scored
+    by another loss, say) is left out: its curve is in another unit, and its own section draws it."""
     series = []
-    runs = [report.experiment(c.id) for c in decision.candidates if c.tried and c.then]
-    references = {(run.outcome or {}).get("against") for run in runs if run}
+    tried = [c for c in decision.candidates if c.tried and c.then and _paired(report.experiment(c.id))]
+    references = {(report.experiment(c.id).outcome or {}).get("against") for c in tried}
     for ref in sorted(r for r in references if isinstance(r, str)):
         losses = curve(report.experiment(ref))
         if losses:
             series.append(plots.Series(label=f"{ref} (as the run was)", values=losses, color=plots.BASELINE,
                                        emphasis=False))
-    tried = [c for c in decision.candidates if c.tried and c.then]
     for i, c in enumerate(tried):
         losses = curve(report.experiment(c.id))
         if losses:
