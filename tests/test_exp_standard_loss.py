@@ -123,3 +123,18 @@ def test_a_converged_run_with_the_usual_label_smoothing_is_not_a_wrong_loss(tmp_
 
     report = _train_and_triage(tmp_path, make, steps=400)
     assert report.root_cause == "healthy", report.path
+
+
+def test_a_double_softmax_inside_the_loss_is_named_even_once_the_model_is_right(tmp_path):
+    # cross_entropy(softmax(scores)) floors at ln(e + 9) - 1 ~ 1.46 however right the model is: its own
+    # loss is stuck at 0.6 of chance while the standard loss on the same outputs says it has learned.
+    def make():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+        return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=3e-3), batches=digits(8),
+                            loss_fn=lambda m, b: nn.functional.cross_entropy(m(b[0]).softmax(-1), b[1]))
+
+    report = _train_and_triage(tmp_path, make, steps=400)
+    assert report.root_cause == "wrong_loss", report.path
+    outputs = next(e.outcome for e in report.experiments if e.node == "outputs")
+    assert outputs["standard_level_ratio"] < 0.1 and outputs["loss_vs_standard"] > 5

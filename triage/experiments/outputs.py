@@ -11,7 +11,7 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.probes import mean_loss, model_output
-from triage.experiments.standard_loss import Comparison, compare_at_checkpoint, standard_rule
+from triage.experiments.standard_loss import Comparison, compare_at_checkpoint, standard_levels, standard_rule
 from triage.batches import named_tensors
 
 
@@ -55,6 +55,10 @@ class OutputCheckOutcome(Outcome):
     loss_vs_standard: Optional[float] = Field(
         default=None, description="The run's own loss / the standard loss, on the same forwards: 1 when the "
                                   "run's loss is the standard one.")
+    standard_level_ratio: Optional[float] = Field(
+        default=None, description="The standard loss at the checkpoint / its loss of learning nothing (label "
+                                  "entropy, target variance): how much the model has learned by the standard "
+                                  "measure, whatever its own loss says.")
     gradient_vs_standard: Optional[float] = Field(
         default=None, description="|d own/d output - d standard/d output| / |d standard/d output| at the "
                                   "checkpoint: 0 when the run's loss is the standard one; above a few percent, "
@@ -83,12 +87,14 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
     unsquashed = _unsquashed_loss(setup, batches, device, probabilities) if squashed else None
     session.restore()
     rule, compared = _against_standard(session)
+    nothing = standard_levels(session, rule).nothing_learned if compared else None
     session.restore()
     return OutputCheckOutcome(
         standard_rule=rule, standard_loss=compared.standard if compared else None,
         loss_vs_standard=compared.own / compared.standard
         if compared and compared.standard and math.isfinite(compared.own / compared.standard) else None,
         gradient_vs_standard=compared.gradient_gap if compared and math.isfinite(compared.gradient_gap) else None,
+        standard_level_ratio=compared.standard / nothing if compared and nothing else None,
         squashed=squashed, unsquashed_loss=unsquashed, targets_discrete=all(_discrete_targets(b) for b in batches),
         unsquash_ratio=unsquashed / loss if unsquashed is not None and loss > 0 and math.isfinite(loss) else None,
         has_output=True, output_dim=k, output_min=float(rows.min()), output_max=float(rows.max()),
