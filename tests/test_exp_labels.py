@@ -116,3 +116,23 @@ def test_token_inputs_are_compared_by_their_bag_of_tokens():
     shuffled = LABEL_CHECK.measure(context(sequences(majority[torch.randperm(256, generator=g)])), LabelCheckParams())
     assert true.knn_agreement > true.chance_agreement + 0.3
     assert shuffled.knn_agreement < shuffled.chance_agreement + 0.1
+
+
+def test_regression_targets_shuffled_apart_from_their_inputs_correlate_with_no_neighbour():
+    import triage
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 6, generator=g)
+    y = torch.sin(2 * x[:, 0]) + x[:, 1] * x[:, 2] + 0.1 * torch.randn(512, generator=g)
+
+    def regressor(targets):
+        model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 1))
+        batches = [(x[i:i + 64], targets[i:i + 64]) for i in range(0, 512, 64)]
+        return lambda: triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.01),
+                                    loss_fn=lambda m, b: nn.functional.mse_loss(m(b[0]).squeeze(-1), b[1]),
+                                    batches=batches)
+
+    true = run(LABEL_CHECK, session_of(regressor(y)))
+    shuffled = run(LABEL_CHECK, session_of(regressor(y[torch.randperm(512, generator=g)])))
+    assert not true.is_classification and true.knn_target_correlation > 0.5
+    assert abs(shuffled.knn_target_correlation) < 0.1

@@ -1,5 +1,6 @@
 """Label checks for classification: labels out of range of the logits, a single class, class-ordered
-batches, and labels unrelated to the inputs (nearest-neighbour agreement vs chance)."""
+batches, and labels unrelated to the inputs (nearest-neighbour agreement vs chance); for regression,
+targets unrelated to the inputs (correlation with the neighbours' targets)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import torch
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.batches import named_tensors
 from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, model_output
+
+NEIGHBOURS = 5  # regression: the mean of 5 neighbours' targets; one neighbour's is too noisy on small snapshots
 
 
 class LabelCheckParams(Params):
@@ -38,6 +42,10 @@ class LabelCheckOutcome(Outcome):
         default=None, description="Share of examples whose nearest neighbour in input space has their label.")
     chance_agreement: Optional[float] = Field(default=None, description="Sum of class frequency squared.")
     knn_examples: int = 0
+    knn_target_correlation: Optional[float] = Field(
+        default=None, description="Regression: correlation of each example's target with the mean target of its "
+                                  f"{NEIGHBOURS} nearest neighbours in input space: ~0 when the targets are "
+                                  "unrelated to the inputs (shuffled apart from them).")
 
 
 def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
@@ -47,7 +55,7 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     logits = model_output(session.setup, batches[0], session.device) if targets[0] is not None else None
     session.restore()  # the probe's forward may have moved BatchNorm statistics
     if targets[0] is None or logits is None or logits.shape[-1] < 2:
-        return LabelCheckOutcome(is_classification=False)
+        return LabelCheckOutcome(is_classification=False, knn_target_correlation=_knn_target_correlation(batches, p))
     k = int(logits.shape[-1])
     per_batch = [t.reshape(-1)[t.reshape(-1) != p.ignore_index].long().cpu() for t in targets if t is not None]
     labels = torch.cat(per_batch)
@@ -120,6 +128,37 @@ def _knn_agreement(batches: list, p: LabelCheckParams) -> tuple[Optional[float],
     distances.fill_diagonal_(float("inf"))
     neighbour = distances.argmin(dim=1)
     return float((y[neighbour] == y).double().mean()), len(y)
+
+
+def _knn_target_correlation(batches: list, p: LabelCheckParams) -> Optional[float]:
+    """Leave-one-out: the Pearson correlation of each example's float target (the batch's last floating
+    tensor, one value per example) with the mean target of its nearest neighbours, on standardised inputs."""
+    xs, ys = [], []
+    for batch in batches:
+        x = input_tensor(batch, floating=True)
+        floats = [t for _, t in named_tensors(batch) if t.is_floating_point() and t.dim() >= 1]
+        if x is None or len(floats) < 2 or floats[-1] is x:
+            return None
+        y = floats[-1].reshape(floats[-1].shape[0], -1)
+        if y.shape[1] != 1 or x.shape[0] != y.shape[0]:
+            return None
+        x = x.reshape(x.shape[0], -1)
+        keep = torch.isfinite(x).all(dim=1) & torch.isfinite(y[:, 0])
+        xs.append(x[keep].double().cpu())
+        ys.append(y[keep, 0].double().cpu())
+        if sum(len(v) for v in ys) >= p.knn_examples:
+            break
+    if not ys:
+        return None
+    x, y = torch.cat(xs)[:p.knn_examples], torch.cat(ys)[:p.knn_examples]
+    if len(y) <= NEIGHBOURS + 1 or float(y.std()) == 0:
+        return None
+    x = (x - x.mean(0)) / x.std(0).clamp_min(1e-6)
+    distances = torch.cdist(x, x)
+    distances.fill_diagonal_(float("inf"))
+    neighbours = distances.topk(NEIGHBOURS, largest=False).indices  # (N, NEIGHBOURS)
+    predicted = y[neighbours].mean(1)
+    return float(torch.corrcoef(torch.stack([y, predicted]))[0, 1])
 
 
 def _token_counts(tokens: Optional[torch.Tensor], labels: Optional[torch.Tensor],
