@@ -180,8 +180,8 @@ def test_runner_triages_a_valid_case_in_process(tmp_path):
 # --- triage on a sample of the suite (regression guard; the measurement is `benchmarks/suite.py`) ----
 
 # One tune-split case per cause, the quickest of each cause to triage (chosen for CI time, from
-# a run where triage named each right: a guard against regressions, not an accuracy figure).
-# wrong_loss has none: a fault inside loss_fn is a known miss (see benchmarks/suite/README.md).
+# a run where triage named each right: a guard against regressions, not an accuracy figure), and a
+# regressor for the two causes a regressor reaches by its own branch (label_bug's target correlation).
 CI_CASES = [
     "bad_batch-tabular_regressor-sgd-severe-0", "bad_initialization-mlp-adamw-mild-0",
     "clipping_too_aggressive-tabular_regressor-sgd-severe-0", "dead_relu-tabular_regressor-sgd-severe-0",
@@ -191,7 +191,8 @@ CI_CASES = [
     "no_gradient_flow-tabular_regressor-adamw-severe-0", "nonfinite_data-tabular_regressor-sgd-mild-0",
     "numerical_instability-cnn_bn-sgd-severe-0", "overfitting-tabular_regressor-sgd-mild-0",
     "train_val_overlap-mlp-sgd-severe-0", "vanishing_gradients-resnet-sgd-mild-0",
-    "weight_decay_too_high-mlp-sgd-severe-0",
+    "weight_decay_too_high-mlp-sgd-severe-0", "wrong_loss-tabular_regressor-sgd-mild-0",
+    "label_bug-tabular_regressor-sgd-severe-0",
 ]
 
 
