@@ -10,7 +10,7 @@ import torch
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.batches import named_tensors
+from triage.experiments.levels import regression_target
 from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, model_output
 
 NEIGHBOURS = 5  # regression: the mean of 5 neighbours' targets; one neighbour's is too noisy on small snapshots
@@ -135,11 +135,10 @@ def _knn_target_correlation(batches: list, p: LabelCheckParams) -> Optional[floa
     tensor, one value per example) with the mean target of its nearest neighbours, on standardised inputs."""
     xs, ys = [], []
     for batch in batches:
-        x = input_tensor(batch, floating=True)
-        floats = [t for _, t in named_tensors(batch) if t.is_floating_point() and t.dim() >= 1]
-        if x is None or len(floats) < 2 or floats[-1] is x:
+        x, target = input_tensor(batch, floating=True), regression_target(batch, None)
+        if x is None or target is None or target is x:
             return None
-        y = floats[-1].reshape(floats[-1].shape[0], -1)
+        y = target.reshape(target.shape[0], -1)
         if y.shape[1] != 1 or x.shape[0] != y.shape[0]:
             return None
         x = x.reshape(x.shape[0], -1)

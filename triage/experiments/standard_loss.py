@@ -66,21 +66,29 @@ def standard_loss(rule: Rule, output: Any, batch: Any) -> Optional[torch.Tensor]
     return F.mse_loss(output.reshape(-1).float(), target.reshape(-1).to(output.device).float())
 
 
+def _own_and_standard(loss_fn: Callable[..., Any], rule: Rule, model: torch.nn.Module,
+                      batch: Any) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """The run's own loss of `batch` (its `loss_fn` drives the forward: only it knows how to call the
+    model), the model's output (a forward hook) and the standard loss of that output."""
+    seen: list[Any] = []
+    handle = model.register_forward_hook(lambda module, inputs, output: seen.append(output))
+    try:
+        own = loss_fn(model, batch)
+    finally:
+        handle.remove()
+    output = seen[0] if seen else None
+    standard = standard_loss(rule, output, batch)
+    if standard is None:
+        raise ValueError(f"the model's output does not pair with the batch's targets for {RULE_WORDS[rule]}")
+    return own, output, standard
+
+
 def scored_by_standard(loss_fn: Callable[..., Any], rule: Rule, *, train_on: Literal["run", "standard"],
                        scores: list[float]) -> Callable[..., Any]:
-    """A loss_fn(model, batch) that calls the run's own `loss_fn` (only it knows how to call the model),
-    appends the standard loss of the model's output to `scores`, and returns the loss to train on: the
-    run's own or the standard one."""
+    """A loss_fn(model, batch) that appends the standard loss of the model's output to `scores` and
+    returns the loss to train on: the run's own or the standard one."""
     def loss(model: torch.nn.Module, batch: Any) -> Any:
-        seen: list[Any] = []
-        handle = model.register_forward_hook(lambda module, inputs, output: seen.append(output))
-        try:
-            own = loss_fn(model, batch)
-        finally:
-            handle.remove()
-        standard = standard_loss(rule, seen[0] if seen else None, batch)
-        if standard is None:
-            raise ValueError(f"the model's output does not pair with the batch's targets for {RULE_WORDS[rule]}")
+        own, _, standard = _own_and_standard(loss_fn, rule, model, batch)
         scores.append(loss_value(standard))
         return standard if train_on == "standard" else own
     return loss
@@ -88,7 +96,15 @@ def scored_by_standard(loss_fn: Callable[..., Any], rule: Rule, *, train_on: Lit
 
 def standard_levels(session: Any, rule: Rule) -> LossLevels:
     """The loss of learning nothing in the standard loss's unit: the label entropy (the class frequencies
-    as logits) for cross-entropy, the target variance (the mean target) for MSE."""
+    as logits) for cross-entropy, the target variance (the mean target) for MSE. Data alone decides
+    it: measured once per session."""
+    key = f"standard_levels:{rule}"
+    if key not in session.memo:
+        session.memo[key] = _standard_levels(session, rule)
+    return session.memo[key]
+
+
+def _standard_levels(session: Any, rule: Rule) -> LossLevels:
     setup, batches = session.setup, session.batches[:PROBE_BATCHES]
     scorer = setup.model_copy(update={"loss_fn": scored_by_standard(setup.loss_fn, rule, train_on="standard",
                                                                     scores=[])})
@@ -119,17 +135,10 @@ def compare_at_checkpoint(session: Any, rule: Rule) -> Comparison:
     setup.model.eval()
     try:
         for batch in session.batches[:PROBE_BATCHES]:
-            seen: list[Any] = []
-            handle = setup.model.register_forward_hook(lambda module, inputs, output: seen.append(output))
-            try:
-                with autocast(setup.precision, session.device):
-                    own = setup.loss_fn(setup.model, batch)
-            finally:
-                handle.remove()
-            output = seen[0] if seen else None
-            standard = standard_loss(rule, output, batch)
-            if standard is None or not standard.requires_grad:
-                raise ValueError(f"the model's output does not pair with the batch's targets for {RULE_WORDS[rule]}")
+            with autocast(setup.precision, session.device):
+                own, output, standard = _own_and_standard(setup.loss_fn, rule, setup.model, batch)
+            if not standard.requires_grad:
+                raise ValueError("the model's output carries no gradient: nothing to compare the losses by")
             (g_standard,) = torch.autograd.grad(standard, output, retain_graph=True)
             g_own = torch.autograd.grad(own, output, allow_unused=True)[0] \
                 if isinstance(own, torch.Tensor) and own.requires_grad else None
@@ -156,12 +165,12 @@ class StandardLossParams(Params):
 
 class StandardLossOutcome(ReplayOutcome):
     """The replay trained on the standard loss (its losses in that loss), verified against the run as it
-    was scored by the same loss (`run_losses`): `against` stays None, the pairing is inside."""
+    was scored by the same loss (`run_losses`, its end window `reference_end`): `against` stays None, the
+    pairing is inside."""
 
     rule: Rule = Field(description="cross_entropy: on the raw scores and class targets; mse: on the raw outputs.")
     run_losses: list[float] = Field(description="The run as it was, replayed from the same start on its own "
                                                 "loss, scored per step by the standard loss.")
-    run_loss_end: Optional[float] = Field(default=None, description="Its end window (inf when it did not end finite).")
 
 
 def measure(ctx: Context, p: StandardLossParams) -> StandardLossOutcome:
@@ -186,7 +195,7 @@ def measure(ctx: Context, p: StandardLossParams) -> StandardLossOutcome:
     nothing = levels.nothing_learned
     return StandardLossOutcome(**{
         **fixed.model_dump(), **verified, "against": None, "rule": rule, "run_losses": as_run,
-        "run_loss_end": verified["reference_end"], "nothing_level": nothing,
+        "nothing_level": nothing,
         "level_ratio": fixed.loss_end / nothing if fixed.finite and fixed.loss_end is not None and nothing else None})
 
 
