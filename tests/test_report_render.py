@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import math
 import re
 
@@ -107,7 +109,7 @@ def crafted_report(name: str = "node", n_experiments: int = 4, steps: int = 40, 
     path = nodes[:2] + [leaf]
     decisions = [Decision(node=nodes[0], goto=nodes[1], when=f"{nodes[0]}.max_rise > 1.0 or {nodes[0]}.finite",
                           figures={f"{nodes[0]}.max_rise": 0.5, f"{nodes[0]}.finite": True},
-                          held=[Clause(text=f"{nodes[0]}.finite", refs=[f"{nodes[0]}.finite"])]),
+                          settled=[Clause(text=f"{nodes[0]}.finite", refs=[f"{nodes[0]}.finite"])]),
                  Decision(node=nodes[1], goto=leaf, when=None, figures={f"{nodes[1]}.finite": True})]
     graph_nodes = [GraphNode(id=n, kind="run", label="replay", title=f"Question {text}?") for n in all_nodes]
     graph_nodes.append(GraphNode(id=leaf, kind="leaf", label=leaf))
@@ -166,6 +168,18 @@ def test_read_report_rejects_another_schema_version(finite, tmp_path):
         read_report(path)
 
 
+def test_a_schema_1_3_report_is_read_with_the_clauses_that_held(finite, tmp_path):
+    # 1.3 kept the clauses that held as `held` and their refs again as `deciding`; 1.4 has one record.
+    data = json.loads(finite.model_dump_json())
+    data["schema_version"] = "1.3"
+    data["decisions"] = [{"node": "n0", "goto": "n1", "when": "n0.a > 1 or n0.b", "figures": {"n0.a": 2.0},
+                          "deciding": ["n0.a"], "held": [{"text": "n0.a > 1", "refs": ["n0.a"]}]}]
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(data))
+    decision = read_report(path).decisions[0]
+    assert [c.text for c in decision.settled] == ["n0.a > 1"] and decision.deciding == ["n0.a"]
+
+
 # --- what report.html shows --------------------------------------------------------------------
 
 def test_html_shows_verdict_fix_and_proof_first(tmp_path):
@@ -219,7 +233,7 @@ def test_key_figures_come_from_the_engine_not_from_rounded_figures():
     report = crafted_report(name="n")
     decision = Decision(node="n0", goto="n1", when="n0.max_rise > 1.0 or n0.finite",
                         figures={"n0.max_rise": 1.0, "n0.finite": False},
-                        held=[Clause(text="n0.max_rise > 1.0", refs=["n0.max_rise"])])
+                        settled=[Clause(text="n0.max_rise > 1.0", refs=["n0.max_rise"])])
     report = report.model_copy(update={"decisions": [decision, *report.decisions[1:]]})
     assert key_figures(report) == [("n0.max_rise", "1")]
 
@@ -311,7 +325,7 @@ def test_the_walked_path_is_listed_with_its_questions_and_clauses_and_the_chart_
     for decision in diverged.decisions:
         if titles.get(decision.node):
             assert escape(titles[decision.node]) in walk_list
-        for clause in decision.held:
+        for clause in decision.settled if decision.when is not None else []:  # otherwise: none held
             assert f"<code>{escape(clause.text)}</code>" in walk_list
     if any(d.candidates for d in diverged.decisions):
         assert 'href="#differential"' in walk_list

@@ -196,7 +196,7 @@ def test_a_report_from_schema_1_2_still_renders(tmp_path):
     data["schema_version"] = "1.2"
     del data["views"]
     for decision in data["decisions"]:
-        del decision["held"]
+        del decision["settled"]
     path = tmp_path / "report.json"
     path.write_text(json.dumps(data))
     html = write_report(read_report(path), tmp_path / "out")["html"].read_text()

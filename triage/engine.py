@@ -235,20 +235,23 @@ def _stopped_leaf(failure: RankFailure) -> LeafNode:
 
 def _decide(playbook: Playbook, node: str, read) -> Decision:
     figures: dict[str, Any] = {}
-    deciding: list[str] = []  # of each condition, the references that settled it (read exact, not rounded)
+    settled: list[Clause] = []  # of each condition that failed, the clauses that made it fail
     errors: list[str] = []  # conditions that could not be evaluated: unknown, recorded, the walk goes on
     spec = playbook.spec(node)
     for i, (target, condition) in enumerate(playbook.branches(node)):
         if condition is None:
             return Decision(node=node, goto=target, when=None, answer=spec.otherwise_answer, figures=figures,
-                            deciding=list(dict.fromkeys(deciding)), errors=errors)
+                            settled=settled, errors=errors)
         figures.update({f"{n}.{name}": _figure(read(n, name)) for n, name in sorted(condition.refs)})
         if condition.evaluate(read, errors):
             return Decision(node=node, goto=target, when=condition.text, answer=spec.branches[i].answer,
-                            figures=figures, deciding=condition.deciding(read), errors=errors,
-                            held=[Clause(text=text, refs=refs) for text, refs in condition.held(read)])
-        deciding += condition.deciding(read)
+                            figures=figures, settled=_clauses(condition, read), errors=errors)
+        settled += _clauses(condition, read)
     raise AssertionError("a validated run node always has an `otherwise` edge")
+
+
+def _clauses(condition, read) -> list[Clause]:
+    return [Clause(text=text, refs=refs) for text, refs in condition.settled(read)]
 
 
 def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, measure,

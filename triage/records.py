@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Status = Literal["ok", "error", "oom", "timeout"]
 Confidence = Literal["high", "medium", "low"]
@@ -67,10 +67,11 @@ class Decision(BaseModel):
     answer: Optional[str] = Field(default=None, description="The playbook's words for the branch taken "
                                                             "(`answer:` / `otherwise_answer:`), where it has them.")
     figures: dict[str, Any]
-    deciding: list[str] = Field(
-        default_factory=list, description="The keys of `figures` that settled the branch: of the condition "
-                                          "that held, the clauses that made it hold (of an `or`, the first "
-                                          "that held); when `otherwise` was taken, what made each fail.")
+    settled: list[Clause] = Field(
+        default_factory=list, description="The clauses that settled the branch, as the engine evaluated them "
+                                          "on the unrounded figures: of the condition that held, those that "
+                                          "made it hold (of an `or`, the ones that were true); when "
+                                          "`otherwise` was taken, what made each condition fail.")
     candidates: list[CandidateResult] = Field(
         default_factory=list, description="At a differential node: every candidate, in the order written.")
     confidence: Optional[Confidence] = Field(
@@ -80,10 +81,20 @@ class Decision(BaseModel):
     errors: list[str] = Field(
         default_factory=list, description="Conditions that could not be evaluated here (an overflow, say): "
                                           "each made its figure unknown, and the walk went on.")
-    held: list[Clause] = Field(
-        default_factory=list, description="The clauses of `when` that made it hold (of an `or`, the ones "
-                                          "that were true), as the engine evaluated them on the unrounded "
-                                          "figures; empty for `otherwise` and at a differential node.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_schema_1_3(cls, data: Any) -> Any:
+        """A 1.3 report kept the clauses that held as `held` (and their refs again as `deciding`)."""
+        if isinstance(data, dict) and "held" in data:
+            data = {k: v for k, v in data.items() if k not in ("held", "deciding")} | \
+                {"settled": data["held"] if data.get("when") is not None else []}
+        return data
+
+    @property
+    def deciding(self) -> list[str]:
+        """The keys of `figures` the settling clauses read, in reading order."""
+        return list(dict.fromkeys(ref for clause in self.settled for ref in clause.refs))
 
 
 class SetupFacts(BaseModel):

@@ -48,19 +48,14 @@ class Condition:
         is appended to `errors` (when given) as one line naming the condition."""
         return _Evaluator(self.text, lookup, errors).eval(self.tree) is True
 
-    def deciding(self, lookup: Lookup) -> list[str]:
-        """The `node.field` references that settled the condition's value, in reading order: of an `or`
-        that holds, its first clause that holds; of an `and` that fails, its first clause that fails;
-        else every clause (each was needed)."""
-        return list(dict.fromkeys(_deciding(self.tree, _Evaluator(self.text, lookup, None))))
-
     def value(self, lookup: Lookup, errors: Optional[list[str]] = None) -> Any:
         """The expression's value (for location references like `locate.module`)."""
         return _Evaluator(self.text, lookup, errors).eval(self.tree)
 
-    def held(self, lookup: Lookup) -> list[tuple[str, list[str]]]:
-        """The clauses that made a condition that holds hold, as (text, `node.field` refs), in reading
-        order: of an `or`, the operands that were true; of an `and`, every operand. Evaluated as
+    def settled(self, lookup: Lookup) -> list[tuple[str, list[str]]]:
+        """The clauses that settled the condition's value, as (text, `node.field` refs) in reading order:
+        of an `or` that holds, the operands that were true; of an `and` that fails, those that were false;
+        of any other `and`/`or`, every operand (each was needed; unknown settles nothing). Evaluated as
         `evaluate` does, on the same figures (so at full precision, not as a report rounds them)."""
         evaluator, source = _Evaluator(self.text, lookup, None), self.text.strip()
         found: list[ast.expr] = []
@@ -68,8 +63,8 @@ class Condition:
         while stack:
             node = stack.pop()
             if isinstance(node, ast.BoolOp):
-                operands = node.values if isinstance(node.op, ast.And) else \
-                    [v for v in node.values if _truth(evaluator.eval(v)) is True]
+                decisive = isinstance(node.op, ast.Or)  # True settles an `or`, False settles an `and`
+                operands = [v for v in node.values if _truth(evaluator.eval(v)) is decisive] or node.values
                 stack.extend(reversed(operands))
             else:
                 found.append(node)
@@ -219,19 +214,6 @@ class _Evaluator:
 
 
 _SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
-
-
-def _deciding(node: ast.AST, evaluator: _Evaluator) -> list[str]:
-    if isinstance(node, ast.BoolOp):
-        values = [_truth(evaluator.eval(v)) for v in node.values]
-        decisive = isinstance(node.op, ast.Or)  # True settles an `or`, False settles an `and`
-        if decisive in values:
-            return _deciding(node.values[values.index(decisive)], evaluator)
-        return [ref for v in node.values for ref in _deciding(v, evaluator)]
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return _deciding(node.operand, evaluator)
-    attributes = sorted((a for a in ast.walk(node) if isinstance(a, ast.Attribute)), key=lambda a: a.col_offset)
-    return [f"{a.value.id}.{a.attr}" for a in attributes]
 
 
 def _truth(value: Any) -> Any:

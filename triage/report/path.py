@@ -2,7 +2,7 @@
 the branch taken; a differential node names its winner. The whole flowchart is drawn apart (flowchart.py)
 and folded away below it.
 
-What decided a step is what the engine recorded: the clauses of the condition that held (Decision.held),
+What decided a step is what the engine recorded: the clauses of the condition that held (Decision.settled),
 evaluated on the unrounded figures, never a re-evaluation of the rounded figures shown here.
 """
 
@@ -73,15 +73,17 @@ def path_view(report: Report, measured: dict[str, str]) -> PathView:
 
 def _step(index: int, decision: Decision, nodes: dict, causes: dict[str, str]) -> PathStep:
     node = nodes.get(decision.node)
-    # Where no branch held, every figure read decided it; the first few are shown, the rest on hover.
-    shown = deciding_refs(decision) if decision.when is not None else list(decision.figures)[:MAX_FIGURES]
+    # Where no branch held, what made each condition fail (the first few), the rest on hover.
+    shown = deciding_refs(decision) if decision.when is not None else \
+        (decision.deciding or list(decision.figures))[:MAX_FIGURES]
     figures = [(figure_name(k, decision.node), format_figure(decision.figures[k])) for k in shown
                if k in decision.figures]
     hidden = [f"{figure_name(k, decision.node)} = {format_figure(v)}" for k, v in decision.figures.items()
               if k not in shown]
     step = PathStep(index=index, node=decision.node, kind=node.kind if node else "run",
                     title=node.title if node else None, figures=figures, hidden=hidden,
-                    held=[c.text for c in decision.held], condition=decision.when, goto=decision.goto,
+                    held=[c.text for c in decision.settled] if decision.when is not None else [],
+                    condition=decision.when, goto=decision.goto,
                     errors=list(decision.errors))
     if decision.candidates:  # a differential: its figures are each candidate's verdict; say who won instead
         winner = next((c for c in decision.candidates if c.winner), None)
@@ -101,6 +103,4 @@ def deciding_refs(decision: Decision) -> list[str]:
     if decision.candidates:
         winner = next((c.id for c in decision.candidates if c.winner), None)
         return [k for k in decision.figures if winner is not None and k.startswith(winner + ".")]
-    if not decision.held:
-        return list(decision.figures)
-    return list(dict.fromkeys(ref for clause in decision.held for ref in clause.refs))
+    return decision.deciding or list(decision.figures)

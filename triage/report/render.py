@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 MAX_REPORT_BYTES = 256 * 2**20  # `triage report` reads report.json whole: a report is a few MiB at most
 # 1.2 added `status` and `Decision.errors`; 1.3 `views`, `Decision.held`, the Location's module type and the
 # layer before it, and source lines as records. All are defaulted: an older report renders without its
-# plots (it carries no views) and names every figure a decision read.
-READABLE_VERSIONS = ("1.1", "1.2", SCHEMA_VERSION)
+# plots (it carries no views) and names every figure a decision read. 1.4 keeps one record of the clauses
+# that settled a branch (`Decision.settled`) where 1.3 had two (`held`, `deciding`); a 1.3 one is read as 1.4.
+READABLE_VERSIONS = ("1.1", "1.2", "1.3", SCHEMA_VERSION)
 
 _TEMPLATES = Path(__file__).parent / "templates"
 
