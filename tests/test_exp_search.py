@@ -37,6 +37,16 @@ def test_going_up_it_finds_the_lr_that_trains_and_stops_once_higher_is_worse():
     assert out.trials[-1].setting != out.chosen and out.loss_end < out.trials[-1].loss_end
 
 
+def test_going_down_it_stops_once_the_lr_is_too_small_to_move_the_loss():
+    """A run whose lr is already too low: x0.1 and x0.01 barely move the loss, so x0.001 .. x1e-5
+    (which move it less still) are not tried."""
+    ctx = with_baseline(lambda: mlp_setup(lr=5e-4))
+    out = LR_SEARCH.measure(ctx, LrSearchParams(steps=30, direction="down", against="base"))
+    assert out.fix_works is False
+    assert [t.setting for t in out.trials] == ["lr x0.1", "lr x0.01"]
+    assert out.trials[1].loss_end >= out.trials[0].loss_end > out.reference_end
+
+
 def test_when_no_lr_works_the_search_says_so():
     """Labels that are noise: no learning rate makes the loss clearly better than the run and sane."""
     def noise():

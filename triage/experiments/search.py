@@ -87,12 +87,21 @@ def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
 def _settled(trials: list[tuple[float, ReplayOutcome]], direction: str) -> bool:
     """Stop once a trial worked and the latest is no better than the best; going up, also once a
     trial diverged (non-finite, or its loss up 50%): a higher LR only diverges sooner, and a loss that
-    climbs to 10^8 and falls back to 0 is no fix for a plateau."""
+    climbs to 10^8 and falls back to 0 is no fix for a plateau; going down, also once the LR is too
+    small to move the loss: the latest trial moved it under 2% and ended no lower than the one before
+    (a still lower LR moves it less). Not going up: there a unit slip (x1e4) moves nothing until the
+    grid reaches it."""
     latest = trials[-1][1]
     if direction == "up" and _diverged(latest):
         return True
+    if direction == "down" and len(trials) > 1 and _still(latest) and _end(latest) >= _end(trials[-2][1]):
+        return True
     working = [o for _, o in trials if o.fix_works]
     return bool(working) and (not latest.fix_works or latest is not min(working, key=_end))
+
+
+def _still(outcome: ReplayOutcome) -> bool:
+    return outcome.finite and outcome.loss_ratio is not None and abs(outcome.loss_ratio - 1) < 0.02
 
 
 def _diverged(outcome: ReplayOutcome) -> bool:
