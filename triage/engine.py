@@ -96,11 +96,28 @@ def setup_facts(session: Session) -> SetupFacts:
     return SetupFacts(
         precision=s.precision, grad_clip=s.grad_clip, has_scheduler=s.scheduler is not None,
         weight_decay=max((float(g.get("weight_decay") or 0.0) for g in s.optimizer.param_groups), default=0.0),
+        decay_reach=decay_reach(s.optimizer, session.checkpoint.step if session.checkpoint else None),
         has_train_step=s.train_step is not None, has_val=bool(session.val_batches),
         total_steps=s.total_steps, device_type=session.device.type,
         checkpoint_step=session.checkpoint.step if session.checkpoint else None,
         batch_count=len(session.batches),
     )
+
+
+def decay_reach(optimizer, checkpoint_step: Optional[int], horizon: int = 100) -> Optional[float]:
+    """SetupFacts.decay_reach: how much weight decay can have shrunk the weights, at most."""
+    if checkpoint_step is None:
+        return None
+    decoupled = isinstance(optimizer, torch.optim.AdamW) or (
+        isinstance(optimizer, torch.optim.Adam) and optimizer.defaults.get("decoupled_weight_decay"))
+    if not decoupled and not isinstance(optimizer, torch.optim.SGD):
+        return None
+    per_step = 0.0
+    for group in optimizer.param_groups:
+        lr = max(float(group.get("lr") or 0.0), float(group.get("initial_lr") or 0.0))
+        momentum = 0.0 if decoupled else float(group.get("momentum") or 0.0)
+        per_step = max(per_step, lr * float(group.get("weight_decay") or 0.0) / max(1.0 - momentum, 1e-3))
+    return per_step * (checkpoint_step + horizon)
 
 
 def lookup(node: str, name: str, facts: SetupFacts, runs: dict[str, ExperimentRun],

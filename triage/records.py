@@ -105,6 +105,11 @@ class SetupFacts(BaseModel):
     precision: str
     grad_clip: Optional[float]
     weight_decay: float = Field(description="The largest weight decay over the optimizer's param groups.")
+    decay_reach: Optional[float] = Field(
+        default=None, description="The share of the weights that weight decay alone can remove over the "
+                                  "checkpoint's steps and 100 more: their sum of lr x weight_decay (the "
+                                  "schedule's initial LR where higher; x1/(1-momentum) for SGD). None where "
+                                  "that does not bound it (Adam's coupled L2, other optimizers, no step).")
     has_scheduler: bool
     has_train_step: bool
     has_val: bool
