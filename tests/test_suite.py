@@ -179,21 +179,41 @@ def test_runner_triages_a_valid_case_in_process(tmp_path):
 
 # --- triage on a sample of the suite (regression guard; the measurement is `benchmarks/suite.py`) ----
 
-# One tune-split case per cause, the quickest of each cause to triage (chosen for CI time, from
-# a run where triage named each right: a guard against regressions, not an accuracy figure), and a
-# regressor for the two causes a regressor reaches by its own branch (label_bug's target correlation).
+# Every cause (and healthy) in two model families, tune-split cases only: the quickest of each
+# cause to triage in a family not already there, from a run where triage named each right (a guard
+# against regressions, not an accuracy figure; `exploding_gradients` has no certified tune case).
 CI_CASES = [
-    "bad_batch-tabular_regressor-sgd-severe-0", "bad_initialization-mlp-adamw-mild-0",
-    "clipping_too_aggressive-tabular_regressor-sgd-severe-0", "dead_relu-tabular_regressor-sgd-severe-0",
-    "fp16_overflow-mlp-adamw-severe-0", "frozen_parameters-mlp-sgd-mild-0", "healthy-tabular_regressor-adamw-severe-1",
-    "label_bug-cnn_bn-adamw-mild-0", "loop_bug-mlp-adamw-severe-0", "lr_schedule_decayed-mlp-adamw-mild-0",
-    "lr_too_high-mlp-sgd-severe-0", "lr_too_low-tabular_regressor-sgd-severe-0",
-    "no_gradient_flow-tabular_regressor-adamw-severe-0", "nonfinite_data-tabular_regressor-sgd-mild-0",
-    "numerical_instability-cnn_bn-sgd-severe-0", "overfitting-tabular_regressor-sgd-mild-0",
-    "train_val_overlap-mlp-sgd-severe-0", "vanishing_gradients-resnet-sgd-mild-0",
-    "weight_decay_too_high-mlp-sgd-severe-0", "wrong_loss-tabular_regressor-sgd-mild-0",
-    "label_bug-tabular_regressor-sgd-severe-0",
+    "bad_batch-tabular_regressor-sgd-severe-0", "bad_batch-transformer_lm-sgd-severe-0",
+    "bad_initialization-mlp-adamw-mild-0", "bad_initialization-tabular_regressor-sgd-severe-0",
+    "clipping_too_aggressive-tabular_regressor-sgd-severe-0", "clipping_too_aggressive-mlp-sgd-severe-0",
+    "dead_relu-tabular_regressor-sgd-severe-0", "dead_relu-mlp-adamw-mild-0",
+    "fp16_overflow-mlp-adamw-severe-0", "fp16_overflow-tabular_regressor-sgd-mild-0",
+    "frozen_parameters-mlp-sgd-mild-0", "frozen_parameters-resnet-adamw-mild-0",
+    "healthy-tabular_regressor-adamw-severe-1", "healthy-resnet-adamw-severe-0",
+    "label_bug-cnn_bn-adamw-mild-0", "label_bug-tabular_regressor-sgd-severe-0",
+    "loop_bug-mlp-adamw-severe-0", "loop_bug-resnet-adamw-mild-0",
+    "lr_schedule_decayed-mlp-adamw-mild-0", "lr_schedule_decayed-tabular_regressor-sgd-mild-0",
+    "lr_too_high-mlp-sgd-severe-0", "lr_too_high-tabular_regressor-adamw-mild-0",
+    "lr_too_low-tabular_regressor-sgd-severe-0", "lr_too_low-mlp-sgd-severe-0",
+    "no_gradient_flow-tabular_regressor-adamw-severe-0", "no_gradient_flow-mlp-sgd-severe-0",
+    "nonfinite_data-tabular_regressor-sgd-mild-0", "nonfinite_data-resnet-sgd-mild-0",
+    "numerical_instability-cnn_bn-sgd-severe-0", "numerical_instability-tabular_regressor-sgd-severe-0",
+    "overfitting-tabular_regressor-sgd-mild-0", "overfitting-mlp-adamw-severe-0",
+    "train_val_overlap-mlp-sgd-severe-0", "train_val_overlap-cnn_bn-sgd-severe-0",
+    "vanishing_gradients-resnet-sgd-mild-0", "vanishing_gradients-tabular_regressor-sgd-mild-0",
+    "weight_decay_too_high-mlp-sgd-severe-0", "weight_decay_too_high-tabular_regressor-sgd-mild-0",
+    "wrong_loss-tabular_regressor-sgd-mild-0", "wrong_loss-mlp-sgd-severe-0",
 ]
+
+
+def test_the_ci_sample_holds_every_cause_in_two_families():
+    families = defaultdict(set)
+    for case_id in CI_CASES:
+        spec = CaseSpec.from_id(case_id)
+        assert split_of(spec) == "tune"
+        families[spec.cause].add(spec.family)
+    assert set(families) == (set(CAUSES) | {HEALTHY}) - {"exploding_gradients"}
+    assert all(len(f) >= 2 for f in families.values())
 
 
 @pytest.mark.parametrize("case_id", CI_CASES)
