@@ -8,7 +8,6 @@ fix `+` (it works) or `-`; `--verbose` adds the raw figures and the branch condi
 from __future__ import annotations
 
 import json
-import math
 import sys
 from typing import Any, Optional
 
@@ -18,6 +17,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeE
 from rich.text import Text
 
 from triage.records import Decision, ExperimentRun
+from triage.report.words import format_figure
 
 _FAILED = {"error": "[red]✗ error[/]", "oom": "[red]✗ out of memory[/]", "timeout": "[yellow]⏱ over budget[/]"}
 _CANDIDATE = "candidate of "  # the engine's `when` for a differential's candidate
@@ -25,14 +25,8 @@ SHOWN_FIGURES = 3  # the most figures a line shows without --verbose
 
 
 def figure(value: Any) -> str:
-    """A figure as a person reads it: 4 significant digits, true/false, "unknown" for not measured."""
-    if value is None:
-        return "unknown"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:.4g}" if math.isfinite(value) else str(value)
-    return str(value)
+    """A figure as the report writes it (4 significant digits, true/false), "unknown" for not measured."""
+    return "unknown" if value is None else format_figure(value)
 
 
 def figure_words(decision: Decision, node: Optional[str] = None, limit: Optional[int] = SHOWN_FIGURES) -> str:

@@ -59,7 +59,7 @@ def _state(outcome: dict[str, Any], end: Optional[Any] = None) -> str:
         step = outcome.get("first_nonfinite_step")
         return f"non-finite at step {step}" if step is not None else "non-finite"
     end = end if end is not None else outcome.get("loss_end")
-    return f"end loss {figure(_number(end))}" if end is not None else "nothing measured"
+    return f"end loss {figure(end)}" if end is not None else "nothing measured"
 
 
 def _evidence(report: Report) -> str:
@@ -83,9 +83,4 @@ def _title(report: Report, node: str) -> Optional[str]:
             if candidate.id == node:
                 return candidate.title
     return None
-
-
-def _number(value: Any) -> Any:
-    """report.json carries NaN and inf as strings."""
-    return float(value) if value in ("NaN", "Infinity", "-Infinity", "nan", "inf", "-inf") else value
 
