@@ -9,12 +9,12 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Optional
 
+from triage import user_cache
 from triage.errors import EntryError
 from triage.shipped import shipped_path
 
@@ -66,7 +66,7 @@ def load_example(name: str, folder: Optional[Path] = None) -> ModuleType:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("TRIAGE_CACHE", Path.home() / ".cache" / "triage")) / "demo"
+    return user_cache.root() / "demo"
 
 
 def demo_checkpoint(name: str) -> Path:

@@ -1,0 +1,88 @@
+"""A figure is drawn once: re-rendering a report takes what it drew from the user's figure cache, which
+is what keeps `triage report` under a second (no matplotlib import). The cache never changes a page."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.test_report_render import crafted_report, inline_svgs
+from tests.test_report_views import REPO
+from triage.report import figure_cache, plots, write_report
+
+BLOCK_MATPLOTLIB = r"""
+import importlib.abc, sys, types
+class NoMatplotlib(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == "matplotlib":
+            raise ImportError("matplotlib is not imported when every figure is in the cache")
+sys.meta_path.insert(0, NoMatplotlib())
+package = types.ModuleType("triage")  # the report package alone, as `triage report` loads it
+package.__path__ = [sys.argv[1]]
+sys.modules["triage"] = package
+from triage.report.render import read_report, render_html
+sys.stdout.write(render_html(read_report(sys.argv[2])))
+"""
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("TRIAGE_CACHE", str(folder))
+    return folder
+
+
+def test_a_rerender_draws_nothing_and_gives_the_same_page(cache, tmp_path):
+    files = write_report(crafted_report(name="n"), tmp_path / "out")
+    html = files["html"].read_text()
+    assert len(inline_svgs(html)) >= 3 and len(list((cache / "figures").glob("*.svg"))) >= 3
+    done = subprocess.run([sys.executable, "-c", BLOCK_MATPLOTLIB, str(REPO / "triage"), str(files["json"])],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "TRIAGE_CACHE": str(cache)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == html
+
+
+def test_other_figures_are_drawn_not_taken_from_the_cache(cache):
+    rising = plots.loss_curves([plots.Series("run", [1.0, 2.0, 3.0, 4.0])])
+    falling = plots.loss_curves([plots.Series("run", [4.0, 3.0, 2.0, 1.0])])
+    assert rising != falling
+    assert plots.loss_curves([plots.Series("run", [1.0, 2.0, 3.0, 4.0])]) == rising
+    assert len(list((cache / "figures").glob("*.svg"))) == 2
+
+
+def test_a_damaged_or_unwritable_cache_only_costs_a_redraw(cache, tmp_path, monkeypatch):
+    series = [plots.Series("run", [1.0, 0.5, 0.25])]
+    drawn = plots.loss_curves(series)
+    (kept,) = (cache / "figures").glob("*.svg")
+    kept.write_text("<svg><script>half a figure")  # truncated: not a whole <svg>
+    assert plots.loss_curves(series) == drawn
+    monkeypatch.setenv("TRIAGE_CACHE", str(tmp_path / "file"))
+    (tmp_path / "file").write_text("a file where the cache folder would be")
+    assert plots.loss_curves(series) == drawn
+    page = write_report(crafted_report(name="n"), tmp_path / "out")["html"].read_text()
+    assert len(inline_svgs(page)) >= 3
+
+
+def test_the_key_changes_with_the_drawing_code(monkeypatch):
+    series = [plots.Series("run", [1.0, 2.0])]
+    before = figure_cache.key("curves", (series, "t"), {})
+    monkeypatch.setattr(figure_cache, "_drawing_version", lambda: "another drawing.py")
+    assert figure_cache.key("curves", (series, "t"), {}) != before
+    assert figure_cache.key("curves", (object(),), {}) is None  # no stable text form: not kept
+
+
+def test_the_cache_keeps_its_size_by_dropping_the_least_recently_used(cache, monkeypatch):
+    folder = cache / "figures"
+    folder.mkdir(parents=True)
+    for i in range(10):
+        (folder / f"{i}.svg").write_text("<svg>" + "x" * 1000 + "</svg>")
+        os.utime(folder / f"{i}.svg", (i, i))
+    monkeypatch.setattr(figure_cache, "MAX_BYTES", 8_000)
+    figure_cache._trim_once.cache_clear()
+    figure_cache.put("new", "<svg>" + "y" * 1000 + "</svg>")
+    left = sorted(p.stem for p in folder.glob("*.svg"))
+    assert "new" in left and "0" not in left and "9" in left
+    assert sum(p.stat().st_size for p in folder.glob("*.svg")) <= 6_000
