@@ -6,7 +6,7 @@ from torch import nn
 import triage
 from tests.tiny import blobs, context, cross_entropy, mlp_setup
 from triage.experiments.replay import REPLAY, ReplayParams
-from triage.experiments.search import INIT_SEARCH, LR_SEARCH, InitSearchParams, LrSearchParams
+from triage.experiments.search import INIT_SEARCH, LR_FACTORS, LR_SEARCH, InitSearchParams, LrSearchParams
 
 
 def with_baseline(factory, **replay):
@@ -43,8 +43,22 @@ def test_going_down_it_stops_once_the_lr_is_too_small_to_move_the_loss():
     ctx = with_baseline(lambda: mlp_setup(lr=5e-4))
     out = LR_SEARCH.measure(ctx, LrSearchParams(steps=30, direction="down", against="base"))
     assert out.fix_works is False
-    assert [t.setting for t in out.trials] == ["lr x0.1", "lr x0.01"]
+    # The grid stops at x0.01; the half-decade between its best (x0.1) and the run's own lr is tried too.
+    assert [t.setting for t in out.trials] == ["lr x0.1", "lr x0.01", "lr x0.316"]
     assert out.trials[1].loss_end >= out.trials[0].loss_end > out.reference_end
+
+
+def test_when_no_lr_on_the_grid_works_the_half_decade_under_the_best_one_is_tried():
+    """lr 3 over 3 steps: x0.1 ends no clearly lower than the run, x0.01 and below are too slow to get
+    anywhere in 3 steps; lr x0.316 (between x0.1 and the run's own) trains."""
+    ctx = context(lambda: mlp_setup(lr=3.0))
+    ctx.outcomes["base"] = REPLAY.measure(ctx, ReplayParams(steps=3))
+    ctx.restart()
+    out = LR_SEARCH.measure(ctx, LrSearchParams(steps=3, direction="down", against="base"))
+    grid, between = out.trials[:-1], out.trials[-1]
+    assert not any(t.fix_works for t in grid) and grid[0].setting == "lr x0.1"
+    assert between.setting == "lr x0.316" and between.fix_works
+    assert out.chosen == "lr x0.316" and abs(out.lr_factor - 10 ** -0.5) < 1e-9
 
 
 def test_when_no_lr_works_the_search_says_so():
@@ -58,8 +72,9 @@ def test_when_no_lr_works_the_search_says_so():
     ctx = with_baseline(noise)
     out = LR_SEARCH.measure(ctx, LrSearchParams(steps=30, direction="up", against="base"))
     assert out.fix_works is False
-    last = out.trials[-1]  # up to where a higher lr only blows up sooner: non-finite, or its loss up 50%+
-    assert len(out.trials) == 5 or not last.finite or last.loss_end > 1.5 * out.reference_end
+    grid = [t for t in out.trials if t.setting in {f"lr x{f:.3g}" for f in LR_FACTORS["up"]}]
+    last = grid[-1]  # up to where a higher lr only blows up sooner: non-finite, or its loss up 50%+
+    assert len(grid) == 5 or not last.finite or last.loss_end > 1.5 * out.reference_end
 
 
 def test_a_broken_init_is_repaired_by_a_standard_one():

@@ -5,6 +5,7 @@ plots and the fix verification read it like any replay) plus every trial's figur
 
 from __future__ import annotations
 
+import math
 from typing import Literal, Optional
 
 from pydantic import Field
@@ -56,18 +57,25 @@ class InitSearchParams(Params):
 
 
 def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
-    """Replays at each LR multiplier until one works and the next is no better (or the grid ends)."""
+    """Replays at each LR multiplier until one works and the next is no better (or the grid ends); when
+    none works, one more between the best and the next higher LR."""
     trials: list[tuple[float, ReplayOutcome]] = []
     base = p.model_dump(exclude={"direction", "factors"})
-    for factor in p.factors or LR_FACTORS[p.direction]:
+
+    def run(factor: float) -> None:
         ctx.restart()
-        outcome = replay(ctx, ReplayParams(**{**base, "lr_scale": p.lr_scale * factor}))
-        trials.append((factor, outcome))
+        trials.append((factor, replay(ctx, ReplayParams(**{**base, "lr_scale": p.lr_scale * factor}))))
+
+    for factor in p.factors or LR_FACTORS[p.direction]:
+        run(factor)
         if _settled(trials, p.direction):
             break
+    between = _between(trials, p.direction)
+    if between is not None:
+        run(between)
     factor, chosen = _choose(trials)
-    return LrSearchOutcome(**chosen.model_dump(), lr_factor=factor, chosen=f"lr x{factor:g}",
-                           trials=[_trial(f"lr x{f:g}", o) for f, o in trials])
+    return LrSearchOutcome(**chosen.model_dump(), lr_factor=factor, chosen=f"lr x{factor:.3g}",
+                           trials=[_trial(f"lr x{f:.3g}", o) for f, o in trials])
 
 
 def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
@@ -98,6 +106,21 @@ def _settled(trials: list[tuple[float, ReplayOutcome]], direction: str) -> bool:
         return True
     working = [o for _, o in trials if o.fix_works]
     return bool(working) and (not latest.fix_works or latest is not min(working, key=_end))
+
+
+def _between(trials: list[tuple[float, ReplayOutcome]], direction: str) -> Optional[float]:
+    """When no trial on the x10 grid worked: the half-decade between the best finite trial and the next
+    higher LR (the run's own, going down from the best at x0.1). An LR that trains often sits in that
+    gap, just under where training turns unstable: on the grid one step is still too high and the next
+    too slow to get anywhere in the replay's steps."""
+    if any(o.fix_works for _, o in trials):
+        return None
+    finite = [(f, o) for f, o in trials if math.isfinite(_end(o))]
+    if not finite:
+        return None
+    best = min(finite, key=lambda t: _end(t[1]))[0]
+    higher = [f for f, _ in trials if f > best] + ([1.0] if direction == "down" else [])
+    return math.sqrt(best * min(higher)) if higher else None
 
 
 def _still(outcome: ReplayOutcome) -> bool:
