@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from tests.test_report_render import crafted_report, inline_svgs
 from tests.test_report_views import REPO
 from triage.report import figure_cache, plots, write_report
+from triage.report.ahead import Ahead
+from triage.report.render import render_html, write_json
 
 BLOCK_MATPLOTLIB = r"""
 import importlib.abc, sys, types
@@ -86,3 +89,25 @@ def test_the_cache_keeps_its_size_by_dropping_the_least_recently_used(cache, mon
     left = sorted(p.stem for p in folder.glob("*.svg"))
     assert "new" in left and "0" not in left and "9" in left
     assert sum(p.stat().st_size for p in folder.glob("*.svg")) <= 6_000
+
+
+def test_figures_drawn_ahead_in_a_second_process_are_the_ones_the_page_takes(cache, tmp_path, monkeypatch):
+    """The walk's journal writes report.json; `Ahead` draws its figures meanwhile; the page drawn at the
+    end then draws none itself and is the page drawn without any head start."""
+    report = crafted_report(name="n")
+    without = render_html(report)  # drawn here, into the fixture's cache
+    expected = len(list((cache / "figures").glob("*.svg")))
+    monkeypatch.setenv("TRIAGE_CACHE", str(tmp_path / "fresh"))
+    (tmp_path / "out").mkdir()
+    ahead = Ahead()
+    ahead.started(write_json(report, tmp_path / "out"))
+    figures = tmp_path / "fresh" / "figures"
+    deadline = time.monotonic() + 90
+    while len(list(figures.glob("*.svg"))) < expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process = ahead._process
+    ahead.finish()
+    assert process.returncode == 0
+    drawn_here = []
+    monkeypatch.setattr(figure_cache, "put", lambda key, svg: drawn_here.append(key))
+    assert render_html(report) == without and drawn_here == []

@@ -18,6 +18,7 @@ from triage.entry import SetupFactory, entry_name
 from triage.errors import Interrupted, TriageError
 from triage.playbook import Playbook, load_playbook
 from triage.report import Report, write_report
+from triage.report.ahead import Ahead
 from triage.report.build import build_report
 from triage.report.render import write_json
 from triage.session import open_session
@@ -30,7 +31,7 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
         history: Optional[Path] = None, trust_checkpoint: bool = False, trust_playbook: bool = False,
         history_loss: Optional[str] = None, history_val: Optional[str] = None,
         snapshot_dir: Optional[Path] = None, listener: Optional[Listener] = None, command: Optional[str] = None,
-        rank_timeout: float = DEFAULT_RANK_TIMEOUT_S) -> tuple[Report, dict[str, Path]]:
+        rank_timeout: float = DEFAULT_RANK_TIMEOUT_S, draw_ahead: bool = False) -> tuple[Report, dict[str, Path]]:
     """Triage one run: load, walk the playbook, write the report. Returns it and the files written.
 
     `entry` is a spec like "mymod:setup" (as `--entry`) or the setup function itself (or a LightningModule
@@ -43,6 +44,8 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
     Under torchrun (or inside a torch.distributed process group) every rank calls this: each opens its own
     session and the walk runs in lockstep; rank 0 alone writes the report (the other ranks get no files).
     `rank_timeout` bounds how long a rank may stay silent in a collective before the walk stops naming it.
+    `draw_ahead` draws the report's figures in a second process while the walk runs (report/ahead.py):
+    the command line's choice, where a person waits for the page; off for a caller running walks side by side.
     """
     book = with_steps(load_playbook(playbook, trust_imports=trust_playbook), steps)  # validate the playbook before anything runs
     with joined(rank_timeout) as ranks:  # under torchrun: the process group, up before setup() runs
@@ -55,8 +58,13 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
         name = entry if isinstance(entry, str) else entry_name(entry)
         command = command or _command(name, checkpoint, playbook, steps, seed, ranks.world_size)
         where = str(checkpoint) if checkpoint else None
-        journal = Journal(session, book, command, where, out) if ranks.writes_report else None
-        result = walk(session, book, listener, journal=journal)
+        journal = Journal(session, book, command, where, out, Ahead() if draw_ahead else None) \
+            if ranks.writes_report else None
+        try:
+            result = walk(session, book, listener, journal=journal)
+        finally:
+            if journal is not None:
+                journal.finish()
         report = build_report(result, session, book, command, where)
         writes = ranks.rank == min(set(range(ranks.world_size)) - set(result.silent_ranks))
         files = write_report(report, _writable_dir(out)) if writes else {}
@@ -76,16 +84,25 @@ class Journal:
     command: str
     checkpoint: Optional[str]
     out: Path
+    ahead: Optional[Ahead] = None  # draws the figures of each report.json written, while the walk goes on
     failed: bool = False
 
     def __call__(self, partial) -> None:
         try:
-            write_json(build_report(partial, self.session, self.book, self.command, self.checkpoint), self.out)
+            path = write_json(build_report(partial, self.session, self.book, self.command, self.checkpoint),
+                              self.out)
         except Exception as exc:  # noqa: BLE001  (the walk matters more than its journal)
             if not self.failed:
                 log.warning("could not save report.json after an experiment (%s: %s); going on",
                             type(exc).__name__, exc)
             self.failed = True
+            return
+        if self.ahead is not None:
+            self.ahead.started(path)
+
+    def finish(self) -> None:
+        if self.ahead is not None:
+            self.ahead.finish()
 
 
 # the experiments whose `steps` is the replay's length

@@ -94,7 +94,8 @@ def run(
                                    history=history, trust_checkpoint=trust_checkpoint, trust_playbook=trust_playbook,
                                    history_loss=history_loss, history_val=history_val, snapshot_dir=snapshot_dir,
                                    listener=_listener(output, silent=rank != 0, verbose=verbose),
-                                   command=launch_command(sys.argv[1:]), rank_timeout=rank_timeout)
+                                   command=launch_command(sys.argv[1:]), rank_timeout=rank_timeout,
+                                   draw_ahead=True)
     if files:  # the rank that wrote the report (rank 0 of a distributed run)
         _finish(report, files, output)
     if report.stopped:
@@ -125,7 +126,8 @@ def demo(
         checkpoint = _shown(demo_checkpoint(name))
         entry = f"{_shown(example_path(name))}:setup"
         report, files = run_triage(entry, checkpoint, out=out, listener=_listener(output, verbose=verbose),
-                                   command=shlex.join(["triage", "run", "--checkpoint", str(checkpoint), "--entry", entry]))
+                                   command=shlex.join(["triage", "run", "--checkpoint", str(checkpoint), "--entry", entry]),
+                                   draw_ahead=True)
     _finish(report, files, output)
 
 
