@@ -11,24 +11,10 @@ import time
 import pytest
 
 from tests.test_report_render import crafted_report, inline_svgs
-from tests.test_report_views import REPO
+from tests.test_report_views import RENDER_WITHOUT, REPO
 from triage.report import figure_cache, plots, write_report
 from triage.report.ahead import Ahead
 from triage.report.render import render_html, write_json
-
-BLOCK_MATPLOTLIB = r"""
-import importlib.abc, sys, types
-class NoMatplotlib(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] == "matplotlib":
-            raise ImportError("matplotlib is not imported when every figure is in the cache")
-sys.meta_path.insert(0, NoMatplotlib())
-package = types.ModuleType("triage")  # the report package alone, as `triage report` loads it
-package.__path__ = [sys.argv[1]]
-sys.modules["triage"] = package
-from triage.report.render import read_report, render_html
-sys.stdout.write(render_html(read_report(sys.argv[2])))
-"""
 
 
 @pytest.fixture
@@ -42,7 +28,7 @@ def test_a_rerender_draws_nothing_and_gives_the_same_page(cache, tmp_path):
     files = write_report(crafted_report(name="n"), tmp_path / "out")
     html = files["html"].read_text()
     assert len(inline_svgs(html)) >= 3 and len(list((cache / "figures").glob("*.svg"))) >= 3
-    done = subprocess.run([sys.executable, "-c", BLOCK_MATPLOTLIB, str(REPO / "triage"), str(files["json"])],
+    done = subprocess.run([sys.executable, "-c", RENDER_WITHOUT, str(REPO / "triage"), str(files["json"]), "matplotlib"],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "TRIAGE_CACHE": str(cache)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == html

@@ -166,26 +166,28 @@ def test_every_shipped_experiment_declares_views_that_fit():
             "loop_diff", "locate_nonfinite", "lr_search", "init_search"} <= drawn
 
 
-BLOCK_TORCH = r"""
+# Renders report.json (argv[2]) with the report package alone (argv[1]; triage/__init__ imports the engine,
+# which `triage report` does not need) and a module that must not be imported (argv[3]) blocked.
+RENDER_WITHOUT = r"""
 import importlib.abc, sys, types
-class NoTorch(importlib.abc.MetaPathFinder):
+blocked = sys.argv[3]
+class Blocked(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name.split(".")[0] == "torch":
-            raise ImportError("torch is not available here")
-sys.meta_path.insert(0, NoTorch())
-# The report package alone (triage/__init__ imports the engine, which `triage report` does not need).
+        if name.split(".")[0] == blocked:
+            raise ImportError(f"{blocked} is not to be imported here")
+sys.meta_path.insert(0, Blocked())
 package = types.ModuleType("triage")
 package.__path__ = [sys.argv[1]]
 sys.modules["triage"] = package
 from triage.report.render import read_report, render_html
 sys.stdout.write(render_html(read_report(sys.argv[2])))
-assert "torch" not in sys.modules
+assert blocked not in sys.modules
 """
 
 
 def test_report_json_renders_without_torch(widget_report, tmp_path):
     files = write_report(widget_report, tmp_path)
-    done = subprocess.run([sys.executable, "-c", BLOCK_TORCH, str(REPO / "triage"), str(files["json"])],
+    done = subprocess.run([sys.executable, "-c", RENDER_WITHOUT, str(REPO / "triage"), str(files["json"]), "torch"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == files["html"].read_text()
