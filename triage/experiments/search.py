@@ -109,16 +109,19 @@ def _settled(trials: list[tuple[float, ReplayOutcome]], direction: str) -> bool:
 
 
 def _between(trials: list[tuple[float, ReplayOutcome]], direction: str) -> Optional[float]:
-    """When no trial on the x10 grid worked: the half-decade between the best finite trial and the next
-    higher LR (the run's own, going down from the best at x0.1). An LR that trains often sits in that
-    gap, just under where training turns unstable: on the grid one step is still too high and the next
-    too slow to get anywhere in the replay's steps."""
+    """When no trial on the x10 grid worked, but the best of them ended below the run as it was: the
+    half-decade between it and the next higher LR (the run's own, going down from the best at x0.1). An
+    LR that trains often sits in that gap, just under where training turns unstable: on the grid one
+    step is still too high and the next too slow to get anywhere in the replay's steps. Where no grid
+    LR even beat the run, the LR is not what holds it back, and a lucky half-decade would say it is."""
     if any(o.fix_works for _, o in trials):
         return None
     finite = [(f, o) for f, o in trials if math.isfinite(_end(o))]
     if not finite:
         return None
-    best = min(finite, key=lambda t: _end(t[1]))[0]
+    best, outcome = min(finite, key=lambda t: _end(t[1]))
+    if outcome.improvement is None or outcome.improvement >= 1:
+        return None
     higher = [f for f, _ in trials if f > best] + ([1.0] if direction == "down" else [])
     return math.sqrt(best * min(higher)) if higher else None
 
