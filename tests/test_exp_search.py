@@ -72,7 +72,7 @@ def test_when_no_lr_works_the_search_says_so():
     ctx = with_baseline(noise)
     out = LR_SEARCH.measure(ctx, LrSearchParams(steps=30, direction="up", against="base"))
     assert out.fix_works is False
-    grid = [t for t in out.trials if t.setting in {f"lr x{f:.3g}" for f in LR_FACTORS["up"]}]
+    grid = [t for t in out.trials if t.setting in {f"lr x{f:g}" for f in LR_FACTORS["up"]}]
     last = grid[-1]  # up to where a higher lr only blows up sooner: non-finite, or its loss up 50%+
     assert len(grid) == 5 or not last.finite or last.loss_end > 1.5 * out.reference_end
 

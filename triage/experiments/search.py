@@ -58,7 +58,7 @@ class InitSearchParams(Params):
 
 def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
     """Replays at each LR multiplier until one works and the next is no better (or the grid ends); when
-    none works, one more between the best and the next higher LR."""
+    none works but the best beat the run, one more between it and the next higher LR."""
     trials: list[tuple[float, ReplayOutcome]] = []
     base = p.model_dump(exclude={"direction", "factors"})
 
@@ -74,8 +74,8 @@ def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
     if between is not None:
         run(between)
     factor, chosen = _choose(trials)
-    return LrSearchOutcome(**chosen.model_dump(), lr_factor=factor, chosen=f"lr x{factor:.3g}",
-                           trials=[_trial(f"lr x{f:.3g}", o) for f, o in trials])
+    return LrSearchOutcome(**chosen.model_dump(), lr_factor=factor, chosen=_lr_setting(factor),
+                           trials=[_trial(_lr_setting(f), o) for f, o in trials])
 
 
 def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
@@ -124,6 +124,11 @@ def _between(trials: list[tuple[float, ReplayOutcome]], direction: str) -> Optio
         return None
     higher = [f for f, _ in trials if f > best] + ([1.0] if direction == "down" else [])
     return math.sqrt(best * min(higher)) if higher else None
+
+
+def _lr_setting(factor: float) -> str:
+    """`lr x1000`, `lr x0.316`, `lr x1e-05`: three digits at most (a half-decade is irrational)."""
+    return f"lr x{float(f'{factor:.3g}'):g}"
 
 
 def _still(outcome: ReplayOutcome) -> bool:
