@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from triage.cli import app
-from triage.zoo import example_names, example_path, load_example
+from triage.zoo import demo_checkpoint, example_names, example_path, load_example
 
 ENTRY = """
 import torch
@@ -82,6 +82,15 @@ def test_import_triage_is_light_until_a_name_is_used():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True"
+
+
+def test_a_demo_checkpoint_is_written_once_into_an_empty_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRIAGE_CACHE", str(tmp_path))
+    first = demo_checkpoint("lr_too_high")  # what `triage demo` does on a machine that never ran it
+    assert first.parent == tmp_path / "demo" and first.is_file()
+    written = first.stat().st_mtime_ns
+    assert demo_checkpoint("lr_too_high") == first and first.stat().st_mtime_ns == written
+    assert [p.name for p in first.parent.iterdir()] == [first.name]  # no partial file left behind
 
 
 def test_demo_list_gives_each_example_a_line_that_says_what_it_is():
