@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import triage
-from tests._instrument_runs import classifier_setup, digits, mlp, run, session_of, trained_checkpoint
+from tests._instrument_runs import classifier_setup, digits, run, session_of, trained_checkpoint
 from triage.experiments.outputs import OUTPUT_CHECK
 from triage.experiments.standard_loss import STANDARD_LOSS_SWAP
 
