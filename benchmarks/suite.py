@@ -3,7 +3,8 @@ by a stock-PyTorch check (benchmarks/suite/check.py) before it counts; triaged i
 
     python benchmarks/suite.py --split tune                 # tune on this part only
     python benchmarks/suite.py --split heldout              # report on the held-back part
-    python benchmarks/suite.py --split lofo                 # the family never tuned on (rnn)
+    python benchmarks/suite.py --split lofo                 # the families never tuned on (rnn, binary_classifier)
+    python benchmarks/suite.py --split lofo --family binary_classifier
     python benchmarks/suite.py --sample ci                  # every cause and healthy, 2 families each
     python benchmarks/suite.py --only lr_too_high dead_relu --json out.json --keep /tmp/reports
     python benchmarks/suite.py --split all --no-triage      # generate and validate only: the validity table
@@ -18,8 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `suite` is the package beside this file
 
-from suite.cases import SPLITS, all_cases, sample_for_ci, split_of  # noqa: E402
+from suite.cases import LOFO_FAMILIES, SPLITS, CaseSpec, all_cases, sample_for_ci, split_of  # noqa: E402
 from suite.faults import CAUSES, HEALTHY  # noqa: E402
+from suite.families import FAMILY_NAMES  # noqa: E402
 from suite.runner import run_cases  # noqa: E402
 from suite.summary import (print_accuracy, print_by_split, print_generation_times,  # noqa: E402
                            print_validity)
@@ -31,6 +33,7 @@ def main() -> None:
     parser.add_argument("--sample", choices=["ci"], help="a stratified sample instead of every case")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", nargs="+", metavar="CAUSE", choices=CAUSES + (HEALTHY,))
+    parser.add_argument("--family", nargs="+", choices=FAMILY_NAMES, help="these model families only")
     parser.add_argument("--json", type=Path, help="write every case's result here")
     parser.add_argument("--keep", type=Path, help="keep triage's reports here (one folder per case)")
     parser.add_argument("--cache", type=Path, help="checkpoints and verdicts (default ~/.cache/triage/suite)")
@@ -40,6 +43,8 @@ def main() -> None:
     specs = [s for s in all_cases() if args.split == "all" or split_of(s) == args.split]
     if args.only:
         specs = [s for s in specs if s.cause in args.only]
+    if args.family:
+        specs = [s for s in specs if s.family in args.family]
     if args.sample == "ci":  # skip candidates the (cached) stock check excludes, so every cause is covered
         specs = sample_for_ci(specs, is_valid=_validity_checker(args.cache))
     print(f"{len(specs)} cases, split {args.split}{', CI sample' if args.sample else ''}, "
@@ -61,9 +66,10 @@ def main() -> None:
         if args.split == "all":
             print("top-1 by split:")
             print_by_split(results, sys.stdout)
-        lofo = [r for r in results if r.split == "lofo"]
-        if lofo and args.split == "all":
-            print_accuracy(lofo, sys.stdout, title="lofo (rnn, never tuned on)")
+        for family in LOFO_FAMILIES:  # each held-out family's figure apart
+            lofo = [r for r in results if r.split == "lofo" and CaseSpec.from_id(r.id).family == family]
+            if lofo and len(lofo) < len(results):
+                print_accuracy(lofo, sys.stdout, title=f"lofo {family} (never tuned on)")
     print(f"\nwall time {wall:.0f} s for {len(results)} cases ({args.workers} worker(s))")
     if args.json:
         args.json.write_text("[\n" + ",\n".join(r.model_dump_json() for r in results) + "\n]\n")

@@ -37,7 +37,7 @@ def test_grid_spans_every_cause_family_optimizer_and_severity():
     for s in specs:
         cells[s.cause].add((s.family, s.optimizer, s.severity))
     assert set(cells) == set(CAUSES) | {HEALTHY}
-    assert len(CAUSES) == 20 and len(FAMILY_NAMES) == 6
+    assert len(CAUSES) == 20 and len(FAMILY_NAMES) == 7
     for cause in CAUSES:
         assert cells[cause] == {(f, o, v) for f in FAMILY_NAMES for o in ("sgd", "adamw") for v in ("mild", "severe")}
     assert sum(s.cause == HEALTHY for s in specs) >= 30
@@ -51,15 +51,16 @@ def test_every_spec_builds_a_case_and_its_id_round_trips():
         assert case.fault.faulty.family == spec.family and case.fault.faulty.optimizer == spec.optimizer
 
 
-def test_split_is_deterministic_balanced_and_holds_out_the_rnn_family():
+def test_split_is_deterministic_balanced_and_holds_out_two_families():
     specs = all_cases()
     first = {s.id: split_of(s) for s in specs}
+    held_out = ("rnn", "binary_classifier")
     assert {s.id: split_of(s) for s in reversed(specs)} == first
-    assert {first[s.id] for s in specs if s.family == "rnn"} == {"lofo"}
-    assert "lofo" not in {first[s.id] for s in specs if s.family != "rnn"}
+    assert {first[s.id] for s in specs if s.family in held_out} == {"lofo"}
+    assert "lofo" not in {first[s.id] for s in specs if s.family not in held_out}
     strata = defaultdict(Counter)
     for s in specs:
-        if s.family != "rnn":
+        if s.family not in held_out:
             strata[(s.cause, s.family)][first[s.id]] += 1
     for counts in strata.values():  # half tune, half heldout in every (cause, family)
         assert counts["tune"] == counts["heldout"]

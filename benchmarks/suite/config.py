@@ -76,7 +76,8 @@ class RunConfig:
     grad_clip: Optional[float] = None
     precision: str = "fp32"
     loss: str = "default"                      # or a wrong one: "softmax_ce" | "smoothed_ce" (classifiers, LM),
-                                               # "sigmoid_mse" | "broadcast_mse" (regressor)
+                                               # "sigmoid_mse" | "broadcast_mse" (regressor),
+                                               # "double_sigmoid" | "smoothed_bce" (binary classifier)
     loss_weight: float = 1.0                   # the loss is multiplied by this (a multi-task weight)
     loss_on_copy: bool = False                 # the loss is computed on a NumPy copy of the outputs
     train_step: Optional[str] = None           # a buggy loop: "zero_grad_after_backward" | "loss_from_item"

@@ -4,7 +4,7 @@ label noise, validation copied from training).
 
 A batch is a tuple of tensors: (inputs, targets, per-example loss weights) for the classifiers and the
 language model (the weights are all 1: a data-mixing or class-balancing weight), (inputs, targets) for
-the regressor. Data faults name the item they touch: INPUTS or WEIGHTS.
+the regressor and the binary classifier (its targets floats 0/1). Data faults name the item they touch: INPUTS or WEIGHTS.
 """
 
 from __future__ import annotations
@@ -107,6 +107,19 @@ def friedman_table(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return (x - x.mean(0)) / x.std(0), (y - y.mean()) / y.std()
 
 
+@functools.lru_cache(maxsize=8)
+def screening_table(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A binary screening table (scikit-learn's make_classification, made in code): 20 features (6
+    informative, 4 redundant), about 30% positives, 2% of labels flipped; features standardised. The
+    targets are floats 0/1, as BCEWithLogitsLoss takes them."""
+    from sklearn.datasets import make_classification
+
+    x, y = make_classification(n_samples=POOL, n_features=20, n_informative=6, n_redundant=4, weights=[0.7],
+                               flip_y=0.02, random_state=seed)
+    x = torch.tensor(x, dtype=torch.float32)
+    return (x - x.mean(0)) / x.std(0), torch.tensor(y, dtype=torch.float32)
+
+
 # --- the snapshot a run sees ------------------------------------------------------------------------
 
 def batches_of(tensors: tuple[torch.Tensor, ...], start: int, count: int, size: int) -> list[Batch]:
@@ -162,12 +175,15 @@ def _shuffle_targets(batches: list[Batch], fraction: float, seed: int) -> list[B
 
 
 def _noisy_targets(batches: list[Batch], fraction: float, classes: int, seed: int) -> list[Batch]:
-    """Annotation noise: a fraction of class labels replaced at random; regression targets get noise."""
+    """Annotation noise: a fraction of class labels replaced at random (0/1 float targets flipped);
+    regression targets get noise."""
     g = torch.Generator().manual_seed(600 + seed)
     out = []
     for b in batches:
         y = b[1]
-        if y.is_floating_point():
+        if y.is_floating_point() and classes == 2:
+            y = torch.where(torch.rand(y.shape, generator=g) < fraction, 1.0 - y, y)
+        elif y.is_floating_point():
             y = y + fraction * 2.0 * torch.randn(y.shape, generator=g)
         else:
             flip = torch.rand(y.shape, generator=g) < fraction

@@ -1,4 +1,4 @@
-"""The six model families: data, model, loss and good learning rates, and `build_setup(cfg)`, which
+"""The seven model families: data, model, loss and good learning rates, and `build_setup(cfg)`, which
 turns a RunConfig into the `triage.Setup` the run's owner would write (fresh objects each call, seeded).
 """
 
@@ -19,7 +19,7 @@ from suite.config import RunConfig, Schedule
 @dataclass(frozen=True)
 class Family:
     name: str
-    task: str                              # "classify" | "lm" | "regress"
+    task: str                              # "classify" | "lm" | "regress" | "binary"
     classes: int                           # classes, vocabulary size, or 1 for regression
     normalises_inputs: bool                # a norm layer right after the first layer (BatchNorm, LayerNorm)
     good_lr: dict[str, float]              # a learning rate that trains well, per optimizer
@@ -40,6 +40,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            "2-block causal transformer LM on a Markov language of 16 tokens"),
     Family("tabular_regressor", "regress", 1, False, {"sgd": 0.02, "adamw": 3e-3}, data.friedman_table,
            "ReLU MLP regressor (MSE) on Friedman #1 made in code"),
+    Family("binary_classifier", "binary", 2, False, {"sgd": 0.1, "adamw": 5e-3}, data.screening_table,
+           "GELU/ReLU MLP with one logit and BCEWithLogitsLoss on a screening table (30% positives)"),
 ]}
 
 FAMILY_NAMES = tuple(FAMILIES)
@@ -98,8 +100,23 @@ def _regress_loss(kind: str, on_copy: bool) -> Callable:
     return loss_fn
 
 
+def _binary_loss(kind: str, on_copy: bool) -> Callable:
+    def loss_fn(model, batch):
+        x, y = batch[0], batch[1]
+        logit = _outputs(model, x, on_copy).squeeze(-1)  # (B,)
+        if kind == "default":
+            return F.binary_cross_entropy_with_logits(logit, y)
+        if kind == "double_sigmoid":  # the bug: probabilities into a loss that applies the sigmoid again
+            return F.binary_cross_entropy_with_logits(torch.sigmoid(logit), y)
+        if kind == "smoothed_bce":  # the bug: targets smoothed by 0.9, a typo for 0.1: 0.45 / 0.55
+            return F.binary_cross_entropy_with_logits(logit, y * 0.1 + 0.45)
+        raise ValueError(f"unknown binary loss {kind!r}")
+    return loss_fn
+
+
 def loss_fn_for(family: Family, kind: str, weight: float = 1.0, on_copy: bool = False) -> Callable:
-    loss_fn = {"classify": _classify_loss, "lm": _lm_loss, "regress": _regress_loss}[family.task](kind, on_copy)
+    loss_fn = {"classify": _classify_loss, "lm": _lm_loss, "regress": _regress_loss,
+               "binary": _binary_loss}[family.task](kind, on_copy)
     if weight == 1.0:
         return loss_fn
 
@@ -197,7 +214,7 @@ def build_setup(cfg: RunConfig, default_init: bool = False) -> triage.Setup:
 
 def constant_level(cfg: RunConfig) -> float:
     """The loss of the best constant prediction on the clean training targets: the entropy of the
-    label (token) frequencies for a classifier or LM, the target variance for a regressor (times the
+    label (token) frequencies for a classifier, the binary classifier or LM, the target variance for a regressor (times the
     run's loss weight)."""
     family = FAMILIES[cfg.family]
     clean = data.snapshot(family.examples(cfg.seed), type(cfg.data)(n_batches=cfg.data.n_batches,
@@ -206,6 +223,8 @@ def constant_level(cfg: RunConfig) -> float:
     y = torch.cat([b[1].reshape(-1) for b in clean])
     if family.task == "regress":
         return cfg.loss_weight * float(y.var(unbiased=False))
+    if family.task == "binary":
+        y = y.long()
     p = torch.bincount(y, minlength=family.classes).float() / len(y)
     p = p[p > 0]
     return cfg.loss_weight * float(-(p * p.log()).sum())

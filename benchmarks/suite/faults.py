@@ -244,9 +244,12 @@ def wrong_loss(base: RunConfig, severity: str) -> Fault:
     """Classifiers and the LM: probabilities into cross_entropy (mild; a double softmax, floor
     ln(e + K - 1) - 1) or cross_entropy with label_smoothing=0.9 (severe; a typo for 0.1, floor ~ln K).
     The regressor: a sigmoid on the output for standardised targets (mild) or a (B, 1) - (B,) MSE that
-    broadcasts every row against every target (severe). Fix: the plain loss, trained from the start."""
-    regress = FAMILIES[base.family].task == "regress"
-    kind = _pick(severity, "sigmoid_mse", "broadcast_mse") if regress else _pick(severity, "softmax_ce", "smoothed_ce")
+    broadcasts every row against every target (severe). The binary classifier: a sigmoid before
+    BCEWithLogitsLoss (mild; the logit is stuck in (0, 1)) or its targets smoothed by 0.9 (severe; 0.45 /
+    0.55). Fix: the plain loss, trained from the start."""
+    kind = {"regress": _pick(severity, "sigmoid_mse", "broadcast_mse"),
+            "binary": _pick(severity, "double_sigmoid", "smoothed_bce")}.get(
+        FAMILIES[base.family].task, _pick(severity, "softmax_ce", "smoothed_ce"))
     faulty = replace(base, loss=kind, checkpoint_step=80)
     return Fault("wrong_loss", faulty, replace(faulty, loss="default"), (NO_LEARNING,), "scratch",
                  f"loss {kind}; fix: the plain loss on raw outputs")

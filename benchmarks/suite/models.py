@@ -1,7 +1,8 @@
-"""The six families' networks, each trunk -> neck -> head, with the options faults need (config.ModelConfig).
+"""The seven families' networks, each trunk -> neck -> head, with the options faults need (config.ModelConfig).
 
 Shapes: mlp/resnet (B, 64) digits; cnn_bn (B, 1, 8, 8) digits; rnn (B, T, 3) traces; transformer_lm
-(B, T) token ids -> (B, T, VOCAB) logits; tabular_regressor (B, 10) -> (B, 1).
+(B, T) token ids -> (B, T, VOCAB) logits; tabular_regressor (B, 10) -> (B, 1); binary_classifier
+(B, 20) -> (B, 1) logit.
 """
 
 from __future__ import annotations
@@ -195,6 +196,11 @@ def tabular_regressor(cfg: ModelConfig) -> Net:
     return _finish(Net(trunk, Neck(64, 64, cfg), nn.Linear(64, 1), cfg.detach), cfg)
 
 
+def binary_classifier(cfg: ModelConfig) -> Net:
+    trunk = nn.Sequential(*_first_layers(cfg, nn.Linear(20, 48), (1,), 48), nn.GELU())
+    return _finish(Net(trunk, Neck(48, 32, cfg), nn.Linear(32, 1), cfg.detach), cfg)
+
+
 def _finish(net: Net, cfg: ModelConfig) -> Net:
     if cfg.init_std is not None:
         unit_variance_init(net, cfg.init_std)
@@ -214,4 +220,4 @@ def unit_variance_init(net: nn.Module, std: float) -> None:
 
 
 BUILDERS = {"mlp": mlp, "cnn_bn": cnn_bn, "resnet": resnet, "rnn": rnn, "transformer_lm": transformer_lm,
-            "tabular_regressor": tabular_regressor}
+            "tabular_regressor": tabular_regressor, "binary_classifier": binary_classifier}
