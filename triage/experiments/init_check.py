@@ -1,5 +1,6 @@
 """Loss at initialisation: the checkpoint's, setup()'s own fresh init's and PyTorch's default init's
-loss against ln(K), the loss of a classifier that guesses uniformly over K classes."""
+loss against ln(K), the loss of a classifier that guesses uniformly over K classes, and against the loss
+of learning nothing (a constant prediction) for any model, regressors and binary classifiers included."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pydantic import Field
 
 from triage.contract import Setup
 from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.levels import loss_levels
 from triage.experiments.probes import class_targets, linear_layers, mean_loss, model_output
 
 
@@ -27,6 +29,10 @@ class InitCheckOutcome(Outcome):
     checkpoint_ratio: Optional[float] = Field(default=None, description="loss_checkpoint / ln K.")
     setup_init_ratio: Optional[float] = Field(default=None, description="loss_setup_init / ln K.")
     default_init_ratio: Optional[float] = Field(default=None, description="loss_default_init / ln K.")
+    setup_init_vs_nothing: Optional[float] = Field(
+        default=None, description="loss_setup_init / the loss of learning nothing (label entropy, binary "
+                                  "entropy, target variance): >> 1 is an init that starts far from sane, for "
+                                  "models without ln K too.")
     activation_std_growth_checkpoint: Optional[float] = Field(
         default=None, description="Std of the last Linear/Conv output over the first's, at the checkpoint.")
     activation_std_growth_setup: Optional[float] = Field(
@@ -57,12 +63,16 @@ def measure(ctx: Context, p: InitCheckParams) -> InitCheckOutcome:
     def ratio(loss: float) -> Optional[float]:
         return loss / expected if expected else None
 
+    nothing = loss_levels(session).nothing_learned
+
     return InitCheckOutcome(
         num_classes=k, expected_loss=expected,
         loss_checkpoint=figures["checkpoint"][0], loss_setup_init=figures["setup"][0],
         loss_default_init=figures["default"][0],
         checkpoint_ratio=ratio(figures["checkpoint"][0]), setup_init_ratio=ratio(figures["setup"][0]),
         default_init_ratio=ratio(figures["default"][0]),
+        setup_init_vs_nothing=figures["setup"][0] / nothing
+        if nothing and math.isfinite(figures["setup"][0]) else None,
         activation_std_growth_checkpoint=figures["checkpoint"][1],
         activation_std_growth_setup=figures["setup"][1],
         activation_std_growth_default=figures["default"][1],

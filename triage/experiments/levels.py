@@ -3,9 +3,11 @@
 - `chance`: ln K for a classifier over K classes (uniform guessing).
 - `constant`: the loss of the best constant prediction, measured through the run's own `loss_fn`:
   the class frequencies of the snapshot as logits for a classifier (its label entropy), the mean
-  target for a regressor (the target variance under MSE). The model's output is swapped for that
-  constant by a forward hook, so label smoothing, class weights or an ignore index count as the
-  run counts them.
+  target for a regressor (the target variance under MSE). For 0/1 float targets (a binary or
+  multi-label classifier) the mean is a probability, and a loss on logits (BCEWithLogitsLoss) wants
+  its logit: both are scored and the lower kept (the binary entropy under BCE; under MSE or BCELoss
+  the mean itself). The model's output is swapped for that constant by a forward hook, so label
+  smoothing, class weights or an ignore index count as the run counts them.
 
 Both depend on the data alone, never on the weights: they are measured once per session.
 """
@@ -22,7 +24,7 @@ from triage.batches import named_tensors
 from triage.experiments.probes import IGNORE_INDEX, class_targets, model_output
 from triage.experiments.training import loss_value
 
-LevelKind = Literal["classification", "regression", "unknown"]
+LevelKind = Literal["classification", "binary", "regression", "unknown"]
 PROBE_BATCHES = 4  # batches the constant prediction is scored on (the levels are averages)
 
 
@@ -84,6 +86,8 @@ def _measure(session: Any) -> LossLevels:
     mean = target_mean(session.batches, output)
     if mean is None:
         return LossLevels(kind="unknown")
+    if binary_targets(session.batches, output):
+        return LossLevels(kind="binary", constant=best_constant_loss(setup, batches, binary_constants(mean)))
     return LossLevels(kind="regression", constant=constant_loss(setup, batches, mean))
 
 
@@ -139,6 +143,27 @@ def target_mean(batches: list[Any], output: torch.Tensor) -> Optional[torch.Tens
         return None
     mean = torch.cat(rows).mean(0)  # (columns,)
     return mean.float() if mean.numel() in (1, output.shape[-1]) else None
+
+
+def binary_targets(batches: list[Any], output: torch.Tensor) -> bool:
+    """Every regression target in the snapshot is 0 or 1 (a binary or multi-label classifier's)."""
+    for i, batch in enumerate(batches):
+        target = regression_target(batch, output.numel() if i == 0 else None)
+        if target is None or not bool(((target == 0) | (target == 1)).all()):
+            return False
+    return True
+
+
+def binary_constants(mean: torch.Tensor) -> list[torch.Tensor]:
+    """The constant predictions of 0/1 targets with frequency `mean`: the probability itself (a loss on
+    probabilities or MSE) and its logit (a loss on logits)."""
+    return [mean, torch.logit(mean.clamp(1e-4, 1 - 1e-4))]
+
+
+def best_constant_loss(setup: Any, batches: list[Any], constants: list[torch.Tensor]) -> Optional[float]:
+    """The lowest loss among constant predictions (those the loss refuses do not count)."""
+    losses = [x for x in (constant_loss(setup, batches, c) for c in constants) if x is not None]
+    return min(losses) if losses else None
 
 
 def regression_target(batch: Any, numel: Optional[int]) -> Optional[torch.Tensor]:

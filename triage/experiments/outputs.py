@@ -50,14 +50,16 @@ class OutputCheckOutcome(Outcome):
                                   "what the model already squashed (sigmoid into BCEWithLogits, ...).")
     standard_rule: Optional[str] = Field(
         default=None, description="The standard loss for these outputs and targets: cross_entropy (raw scores, "
-                                  "class targets) or mse (raw values, float targets); None when none pairs.")
+                                  "class targets), binary_cross_entropy (0/1 targets; _on_probabilities when "
+                                  "the model squashes its output) or mse (raw values, float targets); None "
+                                  "when none pairs.")
     standard_loss: Optional[float] = Field(default=None, description="That loss at the checkpoint (eval mode).")
     loss_vs_standard: Optional[float] = Field(
         default=None, description="The run's own loss / the standard loss, on the same forwards: 1 when the "
                                   "run's loss is the standard one.")
     standard_level_ratio: Optional[float] = Field(
         default=None, description="The standard loss at the checkpoint / its loss of learning nothing (label "
-                                  "entropy, target variance): how much the model has learned by the standard "
+                                  "entropy, binary entropy, target variance): how much the model has learned by the standard "
                                   "measure, whatever its own loss says.")
     gradient_vs_standard: Optional[float] = Field(
         default=None, description="|d own/d output - d standard/d output| / |d standard/d output| at the "

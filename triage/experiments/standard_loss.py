@@ -3,8 +3,9 @@
 A fault inside `loss_fn` (a softmax before cross_entropy, label_smoothing=0.9 for 0.1, a sigmoid on a
 regressor's output, a (B, 1) - (B,) MSE that broadcasts) leaves the model's outputs looking normal:
 only training on the standard loss shows it. The standard loss is cross-entropy on the raw scores for
-class targets, and MSE on the raw values for float targets, read from the model's own output (a
-forward hook) and the batch's targets.
+class targets, binary cross-entropy for 0/1 float targets (on the raw outputs as logits, or on them as
+probabilities where the model squashes them itself), and MSE on the raw values for other float
+targets, read from the model's own output (a forward hook) and the batch's targets.
 
 `standard_loss_swap` replays the run twice from the same start, for the same steps on the same
 batches: as it was, and trained on the standard loss. Both are scored by the standard loss at every
@@ -23,8 +24,9 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Params
-from triage.experiments.levels import (PROBE_BATCHES, LossLevels, class_prior, constant_loss, loss_levels,
-                                       regression_target, target_mean, top_output)
+from triage.experiments.levels import (PROBE_BATCHES, LossLevels, best_constant_loss, binary_constants,
+                                       class_prior, constant_loss, loss_levels, regression_target,
+                                       target_mean, top_output)
 from triage.experiments.probes import IGNORE_INDEX, class_targets
 from triage.experiments.replay import ReplayOutcome, ReplayParams
 from triage.experiments.replay import measure as replay
@@ -32,18 +34,28 @@ from triage.experiments.training import autocast, loss_value, start_end
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, verification
 from triage.views import Curve, Line
 
-Rule = Literal["cross_entropy", "mse"]
+Rule = Literal["cross_entropy", "binary_cross_entropy", "binary_cross_entropy_on_probabilities", "mse"]
 
-RULE_WORDS = {"cross_entropy": "cross-entropy on the raw scores", "mse": "MSE on the raw outputs"}
+RULE_WORDS = {"cross_entropy": "cross-entropy on the raw scores",
+              "binary_cross_entropy": "binary cross-entropy on the raw outputs as logits",
+              "binary_cross_entropy_on_probabilities": "binary cross-entropy on the outputs as probabilities",
+              "mse": "MSE on the raw outputs"}
+EPS = 1e-7  # probabilities are kept this far from 0 and 1 (BCELoss clamps its log at -100 instead)
 
 
 def standard_rule(session: Any) -> Optional[Rule]:
     """The standard loss for the session's model and targets: cross-entropy for a classifier whose
-    output is one tensor, MSE for a regressor; None when neither can be read (a structured output such
-    as a Hugging Face ModelOutput computes its own loss, with its own label shift)."""
+    output is one tensor, binary cross-entropy for 0/1 targets (on probabilities when every output at the
+    checkpoint lies in [0, 1]: the model applies the sigmoid itself), MSE for a regressor; None when none
+    can be read (a structured output such as a Hugging Face ModelOutput computes its own loss, with its
+    own label shift)."""
     levels = loss_levels(session)
     if levels.kind == "classification" and levels.constant is not None:
         return "cross_entropy"
+    if levels.kind == "binary":
+        output = top_output(session.setup, session.batches[0])
+        squashed = output is not None and bool(((output >= 0) & (output <= 1)).all())
+        return "binary_cross_entropy_on_probabilities" if squashed else "binary_cross_entropy"
     if levels.kind == "regression":
         return "mse"
     return None
@@ -63,7 +75,12 @@ def standard_loss(rule: Rule, output: Any, batch: Any) -> Optional[torch.Tensor]
     target = regression_target(batch, output.numel())
     if target is None:
         return None
-    return F.mse_loss(output.reshape(-1).float(), target.reshape(-1).to(output.device).float())
+    output, target = output.reshape(-1).float(), target.reshape(-1).to(output.device).float()
+    if rule == "binary_cross_entropy":
+        return F.binary_cross_entropy_with_logits(output, target)
+    if rule == "binary_cross_entropy_on_probabilities":
+        return F.binary_cross_entropy(output.clamp(EPS, 1 - EPS), target)
+    return F.mse_loss(output, target)
 
 
 def _own_and_standard(loss_fn: Callable[..., Any], rule: Rule, model: torch.nn.Module,
@@ -96,8 +113,9 @@ def scored_by_standard(loss_fn: Callable[..., Any], rule: Rule, *, train_on: Lit
 
 def standard_levels(session: Any, rule: Rule) -> LossLevels:
     """The loss of learning nothing in the standard loss's unit: the label entropy (the class frequencies
-    as logits) for cross-entropy, the target variance (the mean target) for MSE. Data alone decides
-    it: measured once per session."""
+    as logits) for cross-entropy, the binary entropy (the frequency of 1s, or its logit) for binary
+    cross-entropy, the target variance (the mean target) for MSE. Data alone decides it: measured once
+    per session."""
     key = f"standard_levels:{rule}"
     if key not in session.memo:
         session.memo[key] = _standard_levels(session, rule)
@@ -115,7 +133,11 @@ def _standard_levels(session: Any, rule: Rule) -> LossLevels:
                           constant=None if prior is None else constant_loss(scorer, batches, prior.log()))
     output = top_output(setup, batches[0])
     mean = None if output is None else target_mean(session.batches, output)
-    return LossLevels(kind="regression", constant=None if mean is None else constant_loss(scorer, batches, mean))
+    if mean is None:
+        return LossLevels(kind=run_levels.kind)
+    if rule == "mse":
+        return LossLevels(kind="regression", constant=constant_loss(scorer, batches, mean))
+    return LossLevels(kind="binary", constant=best_constant_loss(scorer, batches, binary_constants(mean)))
 
 
 class Comparison(NamedTuple):
@@ -168,7 +190,9 @@ class StandardLossOutcome(ReplayOutcome):
     was scored by the same loss (`run_losses`, its end window `reference_end`): `against` stays None, the
     pairing is inside."""
 
-    rule: Rule = Field(description="cross_entropy: on the raw scores and class targets; mse: on the raw outputs.")
+    rule: Rule = Field(description="cross_entropy: on the raw scores and class targets; binary_cross_entropy: "
+                                   "0/1 targets, on the raw outputs as logits (or _on_probabilities); mse: on "
+                                   "the raw outputs.")
     run_losses: list[float] = Field(description="The run as it was, replayed from the same start on its own "
                                                 "loss, scored per step by the standard loss.")
 
@@ -178,7 +202,8 @@ def measure(ctx: Context, p: StandardLossParams) -> StandardLossOutcome:
     rule = standard_rule(session)
     if rule is None:
         raise ValueError("no standard loss for this model's output: it needs one tensor output, and class "
-                         "targets (an integer tensor in the batch) or float targets of the output's size")
+                         "targets (an integer tensor in the batch) or float targets of the output's size "
+                         "(0/1 targets: binary cross-entropy)")
     levels = standard_levels(session, rule)
     steps = ReplayParams(steps=p.steps)
     as_run: list[float] = []
@@ -202,7 +227,8 @@ def measure(ctx: Context, p: StandardLossParams) -> StandardLossOutcome:
 STANDARD_LOSS_SWAP = Experiment(
     name="standard_loss_swap",
     summary="Replays the run twice from the checkpoint, on its own loss and on the standard loss for its "
-            "outputs and targets (cross-entropy on raw scores, MSE on raw values), both scored by the "
+            "outputs and targets (cross-entropy on raw scores, binary cross-entropy for 0/1 targets, MSE "
+            "on raw values), both scored by the "
             "standard loss: a fault inside loss_fn shows as a run that learns only on the standard one.",
     params=StandardLossParams,
     outcome=StandardLossOutcome,
