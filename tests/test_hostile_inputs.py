@@ -15,7 +15,6 @@ import resource
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -162,7 +161,7 @@ def short_with(condition: str = "second.loss_end > first.loss_end * 2", replay_i
     if imports:
         text = text.replace("entry: data\n", f"entry: data\nimports: [{imports}]\n")
     if long_steps:
-        text = text.replace(f"with: {{steps: 6}}\n    branches", f"with: {{steps: {long_steps}}}\n"
+        text = text.replace("with: {steps: 6}\n    branches", f"with: {{steps: {long_steps}}}\n"
                                                                   "    budget_s: 300\n    branches")
     return text
 

@@ -4,7 +4,8 @@ label noise, validation copied from training).
 
 A batch is a tuple of tensors: (inputs, targets, per-example loss weights) for the classifiers and the
 language model (the weights are all 1: a data-mixing or class-balancing weight), (inputs, targets) for
-the regressor and the binary classifier (its targets floats 0/1). Data faults name the item they touch: INPUTS or WEIGHTS.
+the regressor and the binary classifier (its targets floats 0/1). Data faults name the item they
+touch: INPUTS or WEIGHTS.
 """
 
 from __future__ import annotations

@@ -214,8 +214,8 @@ def build_setup(cfg: RunConfig, default_init: bool = False) -> triage.Setup:
 
 def constant_level(cfg: RunConfig) -> float:
     """The loss of the best constant prediction on the clean training targets: the entropy of the
-    label (token) frequencies for a classifier, the binary classifier or LM, the target variance for a regressor (times the
-    run's loss weight)."""
+    label (token) frequencies for a classifier, the binary classifier or LM, the target variance for a
+    regressor (times the run's loss weight)."""
     family = FAMILIES[cfg.family]
     clean = data.snapshot(family.examples(cfg.seed), type(cfg.data)(n_batches=cfg.data.n_batches,
                           batch_size=cfg.data.batch_size, train_examples=cfg.data.train_examples),

@@ -59,8 +59,8 @@ class OutputCheckOutcome(Outcome):
                                   "run's loss is the standard one.")
     standard_level_ratio: Optional[float] = Field(
         default=None, description="The standard loss at the checkpoint / its loss of learning nothing (label "
-                                  "entropy, binary entropy, target variance): how much the model has learned by the standard "
-                                  "measure, whatever its own loss says.")
+                                  "entropy, binary entropy, target variance): how much the model has learned by "
+                                  "the standard measure, whatever its own loss says.")
     gradient_vs_standard: Optional[float] = Field(
         default=None, description="|d own/d output - d standard/d output| / |d standard/d output| at the "
                                   "checkpoint: 0 when the run's loss is the standard one; above a few percent, "

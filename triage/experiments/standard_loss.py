@@ -48,7 +48,13 @@ def standard_rule(session: Any) -> Optional[Rule]:
     output is one tensor, binary cross-entropy for 0/1 targets (on probabilities when every output at the
     checkpoint lies in [0, 1]: the model applies the sigmoid itself), MSE for a regressor; None when none
     can be read (a structured output such as a Hugging Face ModelOutput computes its own loss, with its
-    own label shift)."""
+    own label shift). Decided once per session, so every node holds the run to the same loss."""
+    if "standard_rule" not in session.memo:
+        session.memo["standard_rule"] = _standard_rule(session)
+    return session.memo["standard_rule"]
+
+
+def _standard_rule(session: Any) -> Optional[Rule]:
     levels = loss_levels(session)
     if levels.kind == "classification" and levels.constant is not None:
         return "cross_entropy"
