@@ -72,3 +72,19 @@ def trained_checkpoint(factory: Callable[[], triage.Setup], steps: int) -> Check
                       optimizer_state=setup.optimizer.state_dict(),
                       scheduler_state=setup.scheduler.state_dict() if setup.scheduler is not None else None,
                       step=steps)
+
+
+def train_and_triage(tmp_path, make: Callable[[], triage.Setup], steps: int) -> triage.Report:
+    """Train `make()`'s run with the stock loop for `steps` steps, save its checkpoint (and loss log) the
+    way a user would, and triage it: the report."""
+    torch.manual_seed(0)
+    setup, losses = make(), []
+    for step in range(steps):
+        setup.optimizer.zero_grad()
+        loss = setup.loss_fn(setup.model, setup.batches[step % len(setup.batches)])
+        loss.backward()
+        setup.optimizer.step()
+        losses.append(loss.item())
+    path = triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, step=steps, history=losses)
+    report, _ = triage.run(make, path, out=tmp_path / "report")
+    return report

@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import triage
-from tests._instrument_runs import run, session_of
+from tests._instrument_runs import run, session_of, train_and_triage
 from triage.experiments.init_check import INIT_LOSS
 from triage.experiments.levels import loss_levels
 from triage.experiments.outputs import OUTPUT_CHECK
@@ -115,12 +115,6 @@ def test_an_init_far_from_sane_is_measured_against_the_binary_entropy():
 
 
 def test_triage_names_a_sigmoid_before_bce_with_logits(tmp_path):
-    setup = binary_setup(double_sigmoid)
-    for step in range(60):
-        setup.optimizer.zero_grad()
-        setup.loss_fn(setup.model, setup.batches[step % len(setup.batches)]).backward()
-        setup.optimizer.step()
-    path = triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, step=60)
-    report, _ = triage.run(lambda: binary_setup(double_sigmoid), path, out=tmp_path / "report")
+    report = train_and_triage(tmp_path, lambda: binary_setup(double_sigmoid), steps=60)
     assert report.root_cause == "wrong_loss", report.path
     assert report.proof == "standard_loss" and "binary_cross_entropy" in report.fix

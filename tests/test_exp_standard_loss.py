@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 import triage
-from tests._instrument_runs import classifier_setup, digits, run, session_of, trained_checkpoint
+from tests._instrument_runs import (classifier_setup, digits, run, session_of, train_and_triage,
+                                   trained_checkpoint)
 from triage.experiments.outputs import OUTPUT_CHECK
 from triage.experiments.standard_loss import STANDARD_LOSS_SWAP
 
@@ -84,26 +85,12 @@ def test_the_swap_refuses_a_model_whose_output_pairs_with_no_target():
         run(STANDARD_LOSS_SWAP, session_of(factory))
 
 
-def _train_and_triage(tmp_path, make, steps: int):
-    torch.manual_seed(0)
-    setup, losses = make(), []
-    for step in range(steps):  # the stock loop, to where its owner looks at it
-        setup.optimizer.zero_grad()
-        loss = setup.loss_fn(setup.model, setup.batches[step % len(setup.batches)])
-        loss.backward()
-        setup.optimizer.step()
-        losses.append(loss.item())
-    path = triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, step=steps, history=losses)
-    report, _ = triage.run(make, path, out=tmp_path / "report")
-    return report
-
-
 @pytest.mark.parametrize("loss_fn, factory", [
     (smoothed, lambda loss: classifier_setup(loss_fn=loss)),
     (broadcast_mse, regressor_setup),
 ], ids=["label_smoothing_0.9", "broadcast_mse"])
 def test_triage_names_the_wrong_loss_and_proves_the_standard_one(tmp_path, loss_fn, factory):
-    report = _train_and_triage(tmp_path, lambda: factory(loss_fn), steps=80)
+    report = train_and_triage(tmp_path, lambda: factory(loss_fn), steps=80)
     assert report.root_cause == "wrong_loss", report.path
     assert report.proof == "standard_loss"
     assert ("cross_entropy" if loss_fn is smoothed else "mse") in report.fix
@@ -121,7 +108,7 @@ def test_a_converged_run_with_the_usual_label_smoothing_is_not_a_wrong_loss(tmp_
         return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=3e-3), batches=digits(8),
                             loss_fn=lambda m, b: nn.functional.cross_entropy(m(b[0]), b[1], label_smoothing=0.1))
 
-    report = _train_and_triage(tmp_path, make, steps=400)
+    report = train_and_triage(tmp_path, make, steps=400)
     assert report.root_cause == "healthy", report.path
 
 
@@ -134,7 +121,7 @@ def test_a_double_softmax_inside_the_loss_is_named_even_once_the_model_is_right(
         return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=3e-3), batches=digits(8),
                             loss_fn=lambda m, b: nn.functional.cross_entropy(m(b[0]).softmax(-1), b[1]))
 
-    report = _train_and_triage(tmp_path, make, steps=400)
+    report = train_and_triage(tmp_path, make, steps=400)
     assert report.root_cause == "wrong_loss", report.path
     outputs = next(e.outcome for e in report.experiments if e.node == "outputs")
     assert outputs["standard_level_ratio"] < 0.1 and outputs["loss_vs_standard"] > 5

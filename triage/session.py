@@ -6,7 +6,7 @@ import logging
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -48,8 +48,8 @@ class Session:
     snapshot: Snapshot
     checkpoint: Optional[Checkpoint] = None
     history: list[HistoryPoint] = field(default_factory=list)
-    # Figures of the data alone (never of the weights), measured once by whichever experiment needs
-    # them first: e.g. the loss levels of triage.experiments.levels.
+    # Figures measured once, by whichever experiment needs them first (`memoised`): the loss levels of
+    # the data alone (triage.experiments.levels), the standard loss for the model's outputs.
     memo: dict[str, Any] = field(default_factory=dict)
     # Gives loss_fn / train_step a copy of each batch, so the data snapshot never changes (data_guard.py).
     data_guard: Optional[DataGuard] = None
@@ -57,6 +57,12 @@ class Session:
     @property
     def device(self) -> torch.device:
         return torch.device(self.setup.device)
+
+    def memoised(self, key: str, compute: Callable[[], Any]) -> Any:
+        """`compute()` the first time `key` is asked for in this session, the same value after."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
 
     def restore(self) -> None:
         s = self.setup

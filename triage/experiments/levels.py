@@ -47,9 +47,7 @@ class LossLevels(BaseModel):
 def loss_levels(session: Any) -> LossLevels:
     """The session's levels, measured on first use (in a distributed run, on every rank's shard, and
     averaged: every rank must judge a fix against the same level)."""
-    if "loss_levels" not in session.memo:
-        session.memo["loss_levels"] = _across_ranks(_measure(session))
-    return session.memo["loss_levels"]
+    return session.memoised("loss_levels", lambda: _across_ranks(_measure(session)))
 
 
 def _across_ranks(levels: LossLevels) -> LossLevels:

@@ -49,9 +49,7 @@ def standard_rule(session: Any) -> Optional[Rule]:
     checkpoint lies in [0, 1]: the model applies the sigmoid itself), MSE for a regressor; None when none
     can be read (a structured output such as a Hugging Face ModelOutput computes its own loss, with its
     own label shift). Decided once per session, so every node holds the run to the same loss."""
-    if "standard_rule" not in session.memo:
-        session.memo["standard_rule"] = _standard_rule(session)
-    return session.memo["standard_rule"]
+    return session.memoised("standard_rule", lambda: _standard_rule(session))
 
 
 def _standard_rule(session: Any) -> Optional[Rule]:
@@ -122,10 +120,7 @@ def standard_levels(session: Any, rule: Rule) -> LossLevels:
     as logits) for cross-entropy, the binary entropy (the frequency of 1s, or its logit) for binary
     cross-entropy, the target variance (the mean target) for MSE. Data alone decides it: measured once
     per session."""
-    key = f"standard_levels:{rule}"
-    if key not in session.memo:
-        session.memo[key] = _standard_levels(session, rule)
-    return session.memo[key]
+    return session.memoised(f"standard_levels:{rule}", lambda: _standard_levels(session, rule))
 
 
 def _standard_levels(session: Any, rule: Rule) -> LossLevels:
