@@ -120,6 +120,30 @@ def test_a_measured_abnormality_lifts_its_candidate_to_tier_1(tmp_path):
     assert result.leaf.diagnosis == "lr_too_high"
 
 
+def test_a_candidate_of_a_higher_tier_than_a_working_fix_is_not_run(tmp_path):
+    """It could neither win nor come close (both need the winner's tier): it is recorded as outranked,
+    with no run; a rival of the winner's own tier still runs, and so does a failing lower tier's."""
+    result, decision = diagnose(tmp_path, """
+        lower: {run: fake_fix, with: {works: true, end: 0.2}, then: high_lr, tier: 2}
+        clip: {run: fake_fix, with: {works: true, end: 0.21}, then: exploding, tier: 2}
+        reinit: {run: fake_fix, with: {works: true, end: 0.01}, then: precision, tier: 3}
+        bf16: {run: fake_fix, with: {works: false, end: 0.5}, then: precision, tier: 1}
+    """)
+    assert result.leaf.diagnosis == "lr_too_high" and decision.confidence == "medium"  # clip came close
+    state = {c.id: (c.tried, c.outranked) for c in decision.candidates}
+    assert state == {"lower": (True, False), "clip": (True, False), "reinit": (False, True), "bf16": (True, False)}
+    assert "reinit" not in result.runs and {"lower", "clip", "bf16"} <= set(result.runs)
+
+
+def test_a_higher_tier_runs_while_no_lower_fix_works_and_can_then_win(tmp_path):
+    result, decision = diagnose(tmp_path, """
+        lower: {run: fake_fix, with: {works: false, end: 0.9}, then: high_lr, tier: 2}
+        reinit: {run: fake_fix, with: {works: true, end: 0.3}, then: exploding, tier: 3}
+    """)
+    assert result.leaf.diagnosis == "exploding_gradients"
+    assert not any(c.outranked for c in decision.candidates)
+
+
 def test_no_working_fix_goes_otherwise_with_low_confidence(tmp_path):
     result, decision = diagnose(tmp_path, """
         lower: {run: fake_fix, with: {works: false, end: 0.1}, then: high_lr, tier: 2}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -31,7 +32,7 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
         history: Optional[Path] = None, trust_checkpoint: bool = False, trust_playbook: bool = False,
         history_loss: Optional[str] = None, history_val: Optional[str] = None,
         snapshot_dir: Optional[Path] = None, listener: Optional[Listener] = None, command: Optional[str] = None,
-        rank_timeout: float = DEFAULT_RANK_TIMEOUT_S, draw_ahead: bool = False) -> tuple[Report, dict[str, Path]]:
+        rank_timeout: float = DEFAULT_RANK_TIMEOUT_S, ahead: Optional[Ahead] = None) -> tuple[Report, dict[str, Path]]:
     """Triage one run: load, walk the playbook, write the report. Returns it and the files written.
 
     `entry` is a spec like "mymod:setup" (as `--entry`) or the setup function itself (or a LightningModule
@@ -44,30 +45,29 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
     Under torchrun (or inside a torch.distributed process group) every rank calls this: each opens its own
     session and the walk runs in lockstep; rank 0 alone writes the report (the other ranks get no files).
     `rank_timeout` bounds how long a rank may stay silent in a collective before the walk stops naming it.
-    `draw_ahead` draws the report's figures in a second process while the walk runs (report/ahead.py):
-    the command line's choice, where a person waits for the page; off for a caller running walks side by side.
+    `ahead` draws the report's figures in a second process while the walk runs (report/ahead.py): the
+    command line starts one before it imports torch, where a person waits for the page; none for a caller
+    running walks side by side. It is closed when this returns.
     """
-    book = with_steps(load_playbook(playbook, trust_imports=trust_playbook), steps)  # validate the playbook before anything runs
-    with joined(rank_timeout) as ranks:  # under torchrun: the process group, up before setup() runs
-        session = open_on_every_rank(ranks, lambda: open_session(
-            entry, checkpoint, seed=seed, history_path=history, trust_checkpoint=trust_checkpoint,
-            history_keys=(history_loss, history_val), snapshot_dir=snapshot_dir))
-        out = Path(out) if out else default_out_dir()
-        if ranks.writes_report:
-            out = _writable_dir(out)
-        name = entry if isinstance(entry, str) else entry_name(entry)
-        command = command or _command(name, checkpoint, playbook, steps, seed, ranks.world_size)
-        where = str(checkpoint) if checkpoint else None
-        journal = Journal(session, book, command, where, out, Ahead() if draw_ahead else None) \
-            if ranks.writes_report else None
-        try:
+    with ahead or contextlib.nullcontext():  # the drawer is closed however this ends
+        book = with_steps(load_playbook(playbook, trust_imports=trust_playbook), steps)  # validate it before anything runs
+        with joined(rank_timeout) as ranks:  # under torchrun: the process group, up before setup() runs
+            session = open_on_every_rank(ranks, lambda: open_session(
+                entry, checkpoint, seed=seed, history_path=history, trust_checkpoint=trust_checkpoint,
+                history_keys=(history_loss, history_val), snapshot_dir=snapshot_dir))
+            out = Path(out) if out else default_out_dir()
+            if ranks.writes_report:
+                out = _writable_dir(out)
+            name = entry if isinstance(entry, str) else entry_name(entry)
+            command = command or _command(name, checkpoint, playbook, steps, seed, ranks.world_size)
+            where = str(checkpoint) if checkpoint else None
+            journal = Journal(session, book, command, where, out, ahead) if ranks.writes_report else None
             result = walk(session, book, listener, journal=journal)
-        finally:
-            if journal is not None:
-                journal.finish()
-        report = build_report(result, session, book, command, where)
-        writes = ranks.rank == min(set(range(ranks.world_size)) - set(result.silent_ranks))
-        files = write_report(report, _writable_dir(out)) if writes else {}
+            report = build_report(result, session, book, command, where)
+            writes = ranks.rank == min(set(range(ranks.world_size)) - set(result.silent_ranks))
+            if writes and journal is not None:
+                journal.finish(report)
+            files = write_report(report, _writable_dir(out)) if writes else {}
     if result.status == "interrupted":
         raise Interrupted(report, files)
     return report, files
@@ -98,11 +98,18 @@ class Journal:
             self.failed = True
             return
         if self.ahead is not None:
-            self.ahead.started(path)
+            self.ahead.follow(path)
 
-    def finish(self) -> None:
-        if self.ahead is not None:
-            self.ahead.finish()
+    def finish(self, report: Report) -> None:
+        """The final report.json, its figures drawn by the drawer (if any) before the page is rendered."""
+        if self.ahead is None:
+            return
+        try:
+            write_json(report, self.out)
+        except OSError:  # write_report says so next, with what to do
+            self.ahead.close()
+            return
+        self.ahead.finish()
 
 
 # the experiments whose `steps` is the replay's length

@@ -83,19 +83,20 @@ def run(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Triage a run from its checkpoint and setup function (under torchrun: every rank of a distributed run)."""
+    rank = int(os.environ.get("RANK", "0"))
+    ahead = _drawer() if not nproc_per_node and rank == 0 else None
     from triage.api import run as run_triage
     from triage.distributed.launch import EXIT_STOPPED, launch, launch_command
 
     if nproc_per_node:
         raise typer.Exit(launch(nproc_per_node, sys.argv[1:]))
-    rank = int(os.environ.get("RANK", "0"))
     with _user_errors(debug, rank if "RANK" in os.environ else None):
         report, files = run_triage(entry, checkpoint, out=out, playbook=playbook, steps=steps, seed=seed,
                                    history=history, trust_checkpoint=trust_checkpoint, trust_playbook=trust_playbook,
                                    history_loss=history_loss, history_val=history_val, snapshot_dir=snapshot_dir,
                                    listener=_listener(output, silent=rank != 0, verbose=verbose),
                                    command=launch_command(sys.argv[1:]), rank_timeout=rank_timeout,
-                                   draw_ahead=True)
+                                   ahead=ahead)
     if files:  # the rank that wrote the report (rank 0 of a distributed run)
         _finish(report, files, output)
     if report.stopped:
@@ -120,6 +121,7 @@ def demo(
         width = max(map(len, names))
         print("\n".join(f"{n:<{width}}  {example_summary(n)}" for n in names))
         return
+    ahead = _drawer()
     from triage.api import run as run_triage
 
     with _user_errors(debug):
@@ -127,7 +129,7 @@ def demo(
         entry = f"{_shown(example_path(name))}:setup"
         report, files = run_triage(entry, checkpoint, out=out, listener=_listener(output, verbose=verbose),
                                    command=shlex.join(["triage", "run", "--checkpoint", str(checkpoint), "--entry", entry]),
-                                   draw_ahead=True)
+                                   ahead=ahead)
     _finish(report, files, output)
 
 
@@ -157,6 +159,14 @@ def bench(
 
     logging.basicConfig(level=logging.ERROR)
     print_table(run_cases(names or None, steps, folder=folder, keep=keep), sys.stdout)
+
+
+def _drawer():
+    """The process that draws the report's figures while the walk runs, started before torch is imported
+    (report/ahead.py): the page at the end then draws next to nothing."""
+    from triage.report.ahead import Ahead
+
+    return Ahead()
 
 
 def _shown(path: Path) -> Path:

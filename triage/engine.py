@@ -275,22 +275,25 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, m
                   listener: Listener) -> Decision:
     """Try each candidate whose `if` holds, then go where the winner leads: the lowest tier among the
     candidates whose fix works (tier 1 where the abnormality a candidate repairs was `measured`), the
-    best (lowest) score within it."""
-    results = []
+    best (lowest) score within it. A candidate of a higher tier than a fix that already works is not
+    run (`outranked`): it could neither win nor come close, both of which need the winner's tier."""
+    results: list[CandidateResult] = []
     errors: list[str] = []
     measured = playbook.measured(node)
     for cid, candidate, condition in playbook.candidates(node):
-        tried = condition is None or condition.evaluate(read, errors)
         abnormal = measured[cid].evaluate(read, errors) if cid in measured else None
+        tier = 1 if abnormal else candidate.tier
+        outranked = candidate.then is not None and any(r.then and r.works and r.tier < tier for r in results)
+        tried = not outranked and (condition is None or condition.evaluate(read, errors))
         works = score = None
         if tried:
             run = measure(cid, candidate.title)
             works, score = read(cid, spec.works), read(cid, spec.score)
             listener.finished(run, Decision(node=cid, goto=node, when=f"candidate of {node}", figures={
                 f"{cid}.{spec.works}": _figure(works), f"{cid}.{spec.score}": _figure(score)}))
-        results.append(CandidateResult(id=cid, experiment=candidate.run, then=candidate.then,
-                                       tier=1 if abnormal else candidate.tier, measured=abnormal,
-                                       tried=tried, works=works if isinstance(works, bool) else None,
+        results.append(CandidateResult(id=cid, experiment=candidate.run, then=candidate.then, tier=tier,
+                                       measured=abnormal, tried=tried, outranked=outranked,
+                                       works=works if isinstance(works, bool) else None,
                                        score=score if _is_number(score) else None))
     figures = {f"{r.id}.{spec.works}": r.works for r in results if r.tried and r.then}
     working = [r for r in results if r.then and r.works]

@@ -40,6 +40,8 @@ class CandidateResult(BaseModel):
     tier: int = Field(description="Its precedence as ranked: 1 where its `measured` abnormality held.")
     measured: Optional[bool] = Field(default=None, description="Its `measured` condition, where it declares one.")
     tried: bool = Field(description="Its `if` held (or it has none), so it ran.")
+    outranked: bool = Field(default=False, description="Not run: a fix of a lower tier already worked, which "
+                                                       "a candidate of this one could not outrank.")
     works: Optional[bool] = Field(default=None, description="The differential's `works` field, as measured.")
     score: Optional[float] = Field(default=None, description="The differential's `score` field (lower is better).")
     winner: bool = False

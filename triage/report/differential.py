@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from triage.records import Decision, ExperimentRun
+from triage.records import CandidateResult, Decision, ExperimentRun
 from triage.report import plots
 from triage.report.model import Report
 
@@ -17,7 +17,7 @@ class CandidateRow:
     cause: str  # the diagnosis it stands for; "control" for a reference run
     tier: Optional[int]
     tried: bool
-    status: str  # ok / error / oom / timeout / "not tried"
+    status: str  # ok / error / oom / timeout, or why it did not run
     end: Any  # end-window loss
     reference_end: Any
     improvement: Any
@@ -54,12 +54,19 @@ def _view(report: Report, decision: Decision, curve: Curve) -> DifferentialView:
         outcome = (run.outcome or {}) if run else {}
         rows.append(CandidateRow(
             id=c.id, title=declared[c.id].title if c.id in declared else None, cause=causes.get(c.then, c.then) if c.then else "control",
-            tier=c.tier if c.then else None, tried=c.tried, status=run.status if run else "not tried",
+            tier=c.tier if c.then else None, tried=c.tried,
+            status=run.status if run else _not_run(c),
             end=outcome.get("loss_end"), reference_end=outcome.get("reference_end"),
             improvement=outcome.get("improvement"), sane=outcome.get("sane"), works=c.works,
             winner=c.winner, also_works=c.also_works))
     return DifferentialView(node=decision.node, title=titles.get(decision.node), confidence=decision.confidence,
                             rows=rows, reason=reason(decision, causes), plot=_plot(report, decision, curve))
+
+
+def _not_run(candidate: CandidateResult) -> str:
+    if candidate.outranked:
+        return "outranked (a fix of a lower tier works)"
+    return "not tried (its condition did not hold)"
 
 
 def reason(decision: Decision, causes: dict[str, str]) -> str:
@@ -71,6 +78,9 @@ def reason(decision: Decision, causes: dict[str, str]) -> str:
                 "as it was, and at a sane level), so none of their causes is verified.")
     name = causes.get(winner.then, winner.then)
     text = f"{winner.id} ({name}) wins: its fix works"
+    outranked = [c.id for c in decision.candidates if c.outranked]
+    if outranked:
+        text += f" (not run, outranked by a working fix of a lower tier: {', '.join(outranked)})"
     working = [c for c in tried if c.works and c is not winner]
     rivals = [c for c in working if causes.get(c.then, c.then) != name]
     if not rivals:

@@ -35,7 +35,8 @@ MAX_REPORT_BYTES = 256 * 2**20  # `triage report` reads report.json whole: a rep
 # layer before it, and source lines as records. All are defaulted: an older report renders without its
 # plots (it carries no views) and names every figure a decision read. 1.4 keeps one record of the clauses
 # that settled a branch (`Decision.settled`) where 1.3 had two (`held`, `deciding`); a 1.3 one is read as 1.4.
-READABLE_VERSIONS = ("1.1", "1.2", "1.3", SCHEMA_VERSION)
+# 1.5 adds `CandidateResult.outranked` (a candidate not run because a fix of a lower tier worked).
+READABLE_VERSIONS = ("1.1", "1.2", "1.3", "1.4", SCHEMA_VERSION)
 
 _TEMPLATES = Path(__file__).parent / "templates"
 
