@@ -129,3 +129,15 @@ def test_a_good_run_exits_0_and_writes_three_files(project):
     result = invoke("--checkpoint", "ckpt.pt", "--entry", "mymod:setup")
     assert result.exit_code == 0, result.output
     assert {p.name for p in (project / "out").iterdir()} >= {"report.html", "report.json", "summary.md"}
+
+
+def test_the_command_skips_pythons_teardown_but_runs_exit_handlers_and_flushes(tmp_path):
+    """`main()` ends with os._exit (teardown with torch imported costs ~0.8 s): an exit handler the
+    user's code registered still runs, buffered output is not lost, and the exit code is kept."""
+    script = ("import atexit, sys; atexit.register(lambda: print('handler ran', flush=False)); "
+              "sys.argv = ['triage'] + sys.argv[1:]; from triage.cli import main; main()")
+    ok = subprocess.run([sys.executable, "-c", script, "demo", "--list"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "lr_too_high" in ok.stdout and ok.stdout.rstrip().endswith("handler ran")
+    bad = subprocess.run([sys.executable, "-c", script, "report", str(tmp_path / "none.json")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "Expected a report.json" in bad.stderr and "handler ran" in bad.stdout
