@@ -97,7 +97,7 @@ def run(
                                    history_loss=history_loss, history_val=history_val, snapshot_dir=snapshot_dir,
                                    listener=_listener(output, silent=rank != 0, verbose=verbose),
                                    command=launch_command(sys.argv[1:]), rank_timeout=rank_timeout,
-                                   ahead=ahead)
+                                   ahead=ahead, parallel=True)
     if files:  # the rank that wrote the report (rank 0 of a distributed run)
         _finish(report, files, output)
     if report.stopped:
@@ -130,7 +130,7 @@ def demo(
         entry = f"{_shown(example_path(name))}:setup"
         report, files = run_triage(entry, checkpoint, out=out, listener=_listener(output, verbose=verbose),
                                    command=shlex.join(["triage", "run", "--checkpoint", str(checkpoint), "--entry", entry]),
-                                   ahead=ahead)
+                                   ahead=ahead, parallel=True)
     _finish(report, files, output)
 
 

@@ -16,8 +16,10 @@ from typing import Any, Callable, Optional, Protocol
 
 import torch
 
+from triage.distributed.ranks import current as current_ranks
 from triage.distributed.settle import RankFailure, settle
 from triage.experiments import Context, Outcome
+from triage.forked import Candidates, OneByOne, TwoAtOnce, can_fork
 from triage.playbook import Playbook
 from triage.records import CandidateResult, Clause, Confidence, Decision, ExperimentRun, SetupFacts
 from triage.playbook.schema import DecisionNode, DifferentialNode, LeafNode, RunNode
@@ -139,10 +141,11 @@ Journal = Callable[[Walk], None]
 
 
 def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = None,
-         journal: Optional[Journal] = None) -> Walk:
+         journal: Optional[Journal] = None, parallel: bool = False) -> Walk:
     """Walk the playbook from its entry to a leaf. `journal` is handed the walk so far (status
     "incomplete") after every experiment, so what was measured survives whatever happens next; Ctrl-C
-    ends the walk with status "interrupted" instead of losing it."""
+    ends the walk with status "interrupted" instead of losing it. `parallel` measures a differential's
+    candidates two at a time where a fork is safe (forked.py); every figure is the same either way."""
     listener = listener or SilentListener()
     facts = setup_facts(session)
     runs: dict[str, ExperimentRun] = {}
@@ -161,15 +164,30 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
                     setup_facts=facts, seconds=time.perf_counter() - started, status=status,
                     stopped=stop.reason if stop else None, silent_ranks=stop.silent_ranks if stop else [])
 
+    def record(run: ExperimentRun, outcome: Optional[Outcome]) -> None:
+        runs[run.node] = run
+        if outcome is not None:
+            outcomes[run.node] = outcome
+        if journal is not None:
+            journal(so_far("incomplete"))
+
     def measure(run_id: str, title: Optional[str]) -> ExperimentRun:
         listener.started(run_id, playbook.experiments[run_id], title)
         run, outcome = run_experiment(session, playbook, run_id, outcomes, listener)
-        runs[run_id] = run
+        record(run, outcome)
+        return run
+
+    def measure_in_copy(run_id: str, new: dict[str, Outcome]) -> tuple[ExperimentRun, Optional[Outcome]]:
+        outcomes.update(new)  # in the forked copy: its own copy of `outcomes`, brought up to date
+        run, outcome = run_experiment(session, playbook, run_id, outcomes, SilentListener())
         if outcome is not None:
             outcomes[run_id] = outcome
-        if journal is not None:
-            journal(so_far("incomplete"))
-        return run
+        return run, outcome
+
+    def candidates() -> Candidates:
+        if parallel and can_fork(session.device, current_ranks().world_size):
+            return TwoAtOnce(measure, measure_in_copy, record, outcomes, listener, playbook.experiments)
+        return OneByOne(measure)
 
     try:
         while not isinstance(spec := playbook.spec(node), LeafNode):
@@ -181,7 +199,10 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
                 decision = _decide(playbook, node, read)
                 listener.decided(decision)
             else:
-                decision = _differential(playbook, node, spec, read, measure, listener)
+                decision = _differential(playbook, node, spec, read, candidates, listener)
+                for cid, *_ in playbook.candidates(node):  # the report lists them as written, however they ran
+                    if cid in runs:
+                        runs[cid] = runs.pop(cid)
                 listener.decided(decision)
             decisions.append(decision)
             node = decision.goto
@@ -271,30 +292,41 @@ def _clauses(condition, read) -> list[Clause]:
     return [Clause(text=text, refs=refs) for text, refs in condition.settled(read)]
 
 
-def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, measure,
+def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, candidates,
                   listener: Listener) -> Decision:
     """Try each candidate whose `if` holds, then go where the winner leads: the lowest tier among the
     candidates whose fix works (tier 1 where the abnormality a candidate repairs was `measured`), the
     best (lowest) score within it. A candidate of a higher tier than a fix that already works is not
-    run (`outranked`): it could neither win nor come close, both of which need the winner's tier."""
-    results: list[CandidateResult] = []
+    run (`outranked`): it could neither win nor come close, both of which need the winner's tier.
+
+    Candidates are taken in the order written; one that reads an earlier one (its `if`, `measured` or a
+    parameter such as `against:`), or that a lower tier's result could outrank, waits for what it needs,
+    so two at a time decide exactly what one at a time would."""
     errors: list[str] = []
     measured = playbook.measured(node)
-    for cid, candidate, condition in playbook.candidates(node):
-        abnormal = measured[cid].evaluate(read, errors) if cid in measured else None
-        tier = 1 if abnormal else candidate.tier
-        outranked = candidate.then is not None and any(r.then and r.works and r.tier < tier for r in results)
-        tried = not outranked and (condition is None or condition.evaluate(read, errors))
-        works = score = None
-        if tried:
-            run = measure(cid, candidate.title)
-            works, score = read(cid, spec.works), read(cid, spec.score)
-            listener.finished(run, Decision(node=cid, goto=node, when=f"candidate of {node}", figures={
-                f"{cid}.{spec.works}": _figure(works), f"{cid}.{spec.score}": _figure(score)}))
-        results.append(CandidateResult(id=cid, experiment=candidate.run, then=candidate.then, tier=tier,
-                                       measured=abnormal, tried=tried, outranked=outranked,
-                                       works=works if isinstance(works, bool) else None,
-                                       score=score if _is_number(score) else None))
+    decided: list[CandidateResult] = []  # works and score filled in once every candidate is measured
+    pool = candidates()
+    try:
+        for cid, candidate, condition in playbook.candidates(node):
+            pool.wait(_sibling_reads(playbook, node, cid, condition, measured.get(cid)))
+            abnormal = measured[cid].evaluate(read, errors) if cid in measured else None
+            tier = 1 if abnormal else candidate.tier
+            lower = [c.id for c in decided if c.tried and c.then and c.tier < tier]
+            pool.wait(lower)
+            outranked = candidate.then is not None and any(read(c, spec.works) is True for c in lower)
+            tried = not outranked and (condition is None or condition.evaluate(read, errors))
+            if tried:
+                pool.submit(cid, candidate.title, lambda run, cid=cid: listener.finished(
+                    run, Decision(node=cid, goto=node, when=f"candidate of {node}", figures={
+                        f"{cid}.{spec.works}": _figure(read(cid, spec.works)),
+                        f"{cid}.{spec.score}": _figure(read(cid, spec.score))})))
+            decided.append(CandidateResult(id=cid, experiment=candidate.run, then=candidate.then, tier=tier,
+                                           measured=abnormal, tried=tried, outranked=outranked))
+        pool.wait([c.id for c in decided if c.tried])
+    finally:
+        pool.close()
+    results = [c.model_copy(update=_verdict(read(c.id, spec.works), read(c.id, spec.score))) if c.tried else c
+               for c in decided]
     figures = {f"{r.id}.{spec.works}": r.works for r in results if r.tried and r.then}
     working = [r for r in results if r.then and r.works]
     if not working:
@@ -310,6 +342,19 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, m
     results = [r.model_copy(update={"winner": r is winner, "also_works": r.id in also}) for r in results]
     return Decision(node=node, goto=winner.then, when=f"{winner.id} works best", figures=figures,
                     candidates=results, confidence="medium" if also else "high", errors=errors)
+
+
+def _verdict(works: Any, score: Any) -> dict[str, Any]:
+    return {"works": works if isinstance(works, bool) else None, "score": score if _is_number(score) else None}
+
+
+def _sibling_reads(playbook: Playbook, node: str, cid: str, *conditions) -> list[str]:
+    """The earlier candidates of `node` that candidate `cid` reads: in its conditions, or named by a
+    parameter (`against: restart`)."""
+    siblings = {c for c, *_ in playbook.candidates(node)} - {cid}
+    named = {ref for condition in conditions if condition is not None for ref, _ in condition.refs}
+    named |= {v for v in playbook.params[cid].model_dump().values() if isinstance(v, str)}
+    return sorted(named & siblings)
 
 
 def _cause_of(playbook: Playbook, node: Optional[str]) -> Optional[str]:

@@ -99,9 +99,12 @@ def _cores() -> int:
 
 
 def _draw_while_the_walk_runs() -> None:
-    import triage.report.drawing  # noqa: F401  (matplotlib: imported now, while the walk imports torch)
+    import importlib
+
     from triage.report.render import read_report
     from triage.report.views import build_views
+
+    importlib.import_module("triage.report.drawing")  # matplotlib: imported now, while the walk imports torch
 
     report_json = _read_path()
     if report_json is None:  # the walk ended before it wrote a report.json

@@ -1,0 +1,62 @@
+"""A differential's candidates measured two at a time (the walk's process and a forked copy of it) give
+the very figures and verdict of one at a time; a copy that dies costs only time."""
+
+import json
+
+import pytest
+import torch
+
+import triage
+from triage import forked
+from triage.zoo import example_path, load_example
+
+pytestmark = pytest.mark.skipif(not forked.can_fork(torch.device("cpu"), 1),
+                                reason="forking a copy needs Linux and two cores")
+
+
+def measured(report):
+    """Every experiment's figures and every decision, in the report's order (seconds apart)."""
+    return ([(e.node, e.status, json.dumps(e.outcome, sort_keys=True)) for e in report.experiments],
+            [d.model_dump() for d in report.decisions])
+
+
+@pytest.fixture(scope="module")
+def dead_relu(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dead_relu")
+    checkpoint = load_example("dead_relu").write_checkpoint(folder / "c.pt")
+    serial, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=folder / "serial")
+    return checkpoint, serial
+
+
+def test_two_at_a_time_measures_what_one_at_a_time_does(dead_relu, tmp_path, monkeypatch):
+    checkpoint, serial = dead_relu
+    sent = []
+    send = forked.Forked.send
+    monkeypatch.setattr(forked.Forked, "send", lambda self, run_id, new: (sent.append(run_id), send(self, run_id, new)))
+    threads = torch.get_num_threads()
+    parallel, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=tmp_path, parallel=True)
+    assert sent, "no candidate went to the forked copy"
+    assert parallel.root_cause == serial.root_cause == "dead_relu"
+    assert measured(parallel) == measured(serial)
+    assert torch.get_num_threads() == threads  # the walk's threads are given back
+
+
+def test_a_copy_that_dies_leaves_its_candidate_to_the_walk(dead_relu, tmp_path, monkeypatch):
+    checkpoint, serial = dead_relu
+
+    def dies(run_one, inbox, outbox):
+        raise RuntimeError("the copy dies before it answers")
+
+    monkeypatch.setattr(forked, "_serve", dies)
+    parallel, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=tmp_path, parallel=True)
+    assert measured(parallel) == measured(serial)
+
+
+def test_a_copy_that_dies_mid_candidate_is_noticed(monkeypatch):
+    """Its answer never comes: receive() says so instead of waiting for ever."""
+    copy = forked.Forked(lambda run_id, new: forked.os._exit(3))
+    copy.send("c", {})
+    assert copy.ready(timeout=60)
+    with pytest.raises(EOFError, match="'c'"):
+        copy.receive()
+    copy.close()

@@ -1,0 +1,209 @@
+"""Measuring a differential's candidates: one by one in the walk's process, or two at a time with a copy
+of it made by fork() measuring some while the walk's process measures the others.
+
+The copy has everything the walk built (the session, its snapshot, the figures measured once) at no
+cost, measures each candidate it is sent exactly as the walk would (the experiment restores the snapshot,
+RNG included, before it starts, so which process runs a candidate changes no figure), and sends back its
+ExperimentRun and Outcome, pickled, through a pipe. Used only where a fork is safe and pays:
+Linux, a CPU run (a CUDA context cannot cross a fork), one rank, two cores or more; the copy runs torch
+on one thread (an OpenMP pool does not survive a fork), the walk's process on the others. An experiment
+reads other nodes' outcomes through its parameters (`against: restart`): the engine waits for those, and
+sends the copy what it lacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import select
+import signal
+import struct
+import sys
+from typing import Any, Callable, Optional, Protocol
+
+import torch
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">Q")  # each message: its length, then the pickle
+
+
+def can_fork(device: torch.device, world_size: int) -> bool:
+    return (sys.platform.startswith("linux") and device.type == "cpu" and world_size == 1
+            and not torch.cuda.is_initialized() and len(os.sched_getaffinity(0)) >= 2)
+
+
+class Forked:
+    """The copy: `send(run_id, outcomes)` one candidate at a time, `receive()` its (run, outcome);
+    `close()` ends it. `run_one(run_id, outcomes)` is what the copy calls for each candidate."""
+
+    def __init__(self, run_one: Callable[[str, dict[str, Any]], tuple[Any, Any]]) -> None:
+        to_child, from_parent = os.pipe()[::-1]
+        to_parent, from_child = os.pipe()[::-1]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the copy: never returns into the walk's code
+            code = 1
+            try:
+                os.close(to_child)
+                os.close(from_child)
+                _serve(run_one, from_parent, to_parent)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(from_parent)
+        os.close(to_parent)
+        self.pid, self._out, self._in = pid, to_child, from_child
+        self.busy: Optional[str] = None  # the candidate it is measuring
+
+    def send(self, run_id: str, outcomes: dict[str, Any]) -> None:
+        _write(self._out, (run_id, outcomes))
+        self.busy = run_id
+
+    def ready(self, timeout: Optional[float]) -> bool:
+        """Its answer has arrived (or it ended), waiting up to `timeout` seconds (None: for ever)."""
+        return bool(select.select([self._in], [], [], timeout)[0])
+
+    def receive(self) -> tuple[Any, Any]:
+        """The busy candidate's (run, outcome); raises EOFError where the copy died before it answered."""
+        message = _read(self._in)
+        if message is None:
+            raise EOFError(f"the forked process measuring '{self.busy}' ended without an answer")
+        self.busy = None
+        return message
+
+    def close(self) -> None:
+        for fd in (self._out, self._in):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.kill(self.pid, signal.SIGKILL)  # it may be mid-candidate: its result is not wanted
+        except ProcessLookupError:
+            pass
+        os.waitpid(self.pid, 0)
+
+
+class Candidates(Protocol):
+    """How the engine has its candidates measured: `submit` one (`done(run)` is called once it is
+    recorded), `wait` until those named are recorded, `close` at the end of the differential."""
+
+    def submit(self, cid: str, title: Optional[str], done: Callable[[Any], None]) -> None: ...
+    def wait(self, ids: list[str]) -> None: ...
+    def close(self) -> None: ...
+
+
+class OneByOne:
+    """Each candidate measured in the walk's process, at once."""
+
+    def __init__(self, measure: Callable[[str, Optional[str]], Any]) -> None:
+        self.measure = measure
+
+    def submit(self, cid, title, done) -> None:
+        done(self.measure(cid, title))
+
+    def wait(self, ids) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class TwoAtOnce:
+    """Each candidate sent to the forked copy when it is idle, else measured here; a result from the copy
+    is recorded (and shown) between the candidates measured here. `measure(cid, title)` measures and
+    records here; `measure_in_copy(cid, new_outcomes)` is what the copy runs; `record(run, outcome)` keeps
+    a result the copy sent; `outcomes` is the walk's, read for what the copy lacks."""
+
+    def __init__(self, measure, measure_in_copy, record, outcomes: dict[str, Any], listener,
+                 experiments: dict[str, str]) -> None:
+        self.measure, self.record, self.outcomes, self.listener, self.experiments = (
+            measure, record, outcomes, listener, experiments)
+        self.known = set(outcomes)  # what the copy has: everything measured before it was made
+        self.pending: dict[str, tuple[Optional[str], Callable]] = {}
+        self.threads = torch.get_num_threads()
+        torch.set_num_threads(max(1, self.threads - 1))  # the copy takes one core
+        self.copy: Optional[Forked] = Forked(measure_in_copy)
+
+    def submit(self, cid, title, done) -> None:
+        self._collect(block=False)
+        if self.copy is not None and self.copy.busy is None:
+            new = {k: v for k, v in self.outcomes.items() if k not in self.known}
+            try:
+                self.copy.send(cid, new)
+            except OSError as exc:  # it died (a broken pipe): this process measures the rest
+                self._lost(exc)
+            else:
+                self.known |= set(new)
+                self.pending[cid] = (title, done)
+                return
+        done(self.measure(cid, title))
+
+    def wait(self, ids) -> None:
+        while any(i in self.pending for i in ids):
+            self._collect(block=True)
+
+    def _collect(self, block: bool) -> None:
+        if self.copy is None or self.copy.busy is None or not self.copy.ready(None if block else 0):
+            return
+        cid = self.copy.busy
+        title, done = self.pending.pop(cid)
+        try:
+            run, outcome = self.copy.receive()
+        except EOFError as exc:  # the copy died: this process measures it, and the rest
+            self._lost(exc)
+            done(self.measure(cid, title))
+            return
+        self.listener.started(cid, self.experiments[cid], title)
+        self.record(run, outcome)
+        self.known.add(cid)
+        done(run)
+
+    def _lost(self, exc: Exception) -> None:
+        log.warning("the forked copy measuring candidates ended (%s); measuring them here instead", exc)
+        self.copy.close()
+        self.copy = None
+
+    def close(self) -> None:
+        if self.copy is not None:
+            self.copy.close()
+            self.copy = None
+        torch.set_num_threads(self.threads)
+
+
+def _serve(run_one, inbox: int, outbox: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the walk's: it closes this copy
+    torch.set_num_threads(1)
+    while (message := _read(inbox)) is not None:
+        run_id, outcomes = message
+        _write(outbox, run_one(run_id, outcomes))
+
+
+def _write(fd: int, value: Any) -> None:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read(fd: int) -> Any:
+    """The next message, or None at end of file."""
+    header = _exactly(fd, _HEADER.size)
+    if header is None:
+        return None
+    data = _exactly(fd, _HEADER.unpack(header)[0])
+    return None if data is None else pickle.loads(data)
+
+
+def _exactly(fd: int, n: int) -> Optional[bytes]:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
