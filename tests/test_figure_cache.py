@@ -109,3 +109,47 @@ def test_a_drawer_that_is_never_told_where_exits_and_one_closed_early_is_stopped
     ahead.close()  # a walk that failed: the drawer is stopped, not waited for
     assert process.returncode is not None and ahead._process is None
     ahead.close()  # twice is harmless
+
+
+def test_a_report_from_another_machine_rerenders_from_its_own_page_without_drawing(cache, tmp_path):
+    """`triage report` on a copied folder: this machine's cache is empty, the figures come from the
+    report.html beside report.json (each carries its key), matplotlib is never imported, same bytes."""
+    files = write_report(crafted_report(name="n"), tmp_path / "out")
+    html = files["html"].read_text()
+    empty = tmp_path / "elsewhere"
+    script = RENDER_WITHOUT.replace(
+        "sys.stdout.write(render_html(read_report(sys.argv[2])))",
+        "from pathlib import Path\nfrom triage.report import carried\n"
+        "with carried.figures_from(Path(sys.argv[2]).parent / 'report.html'):\n"
+        "    sys.stdout.write(render_html(read_report(sys.argv[2])))")
+    done = subprocess.run([sys.executable, "-c", script, str(REPO / "triage"), str(files["json"]), "matplotlib"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "TRIAGE_CACHE": str(empty)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == html
+    assert not (empty / "figures").exists()  # somebody else's figures are not kept
+
+
+@pytest.mark.parametrize("change", [
+    ('<g id="figure_1">', '<g id="figure_1"><script>alert(1)</script>'),
+    ('<g id="figure_1">', '<g id="figure_1" onload="alert(1)">'),
+    ('<g id="figure_1">', '<g id="figure_1"><foreignObject><div>x</div></foreignObject>'),
+    ('<g id="figure_1">', '<g id="figure_1"><image href="http://example.com/track.png"/>'),
+    ('<g id="figure_1">', '<g id="figure_1" style="fill: url(http://example.com/x)">'),
+    ('<g id="figure_1">', '<g id="figure_1"><use xlink:href="http://example.com/a.svg#x"/>'),
+    ("*{stroke-linejoin: round; stroke-linecap: butt}", "@import url(http://example.com/a.css);"),
+    ('<g id="figure_1">', '<g id="figure_1"><![CDATA[</svg><script>alert(1)</script>]]>'),
+])
+def test_a_carried_figure_that_is_not_what_triage_draws_is_drawn_again(cache, tmp_path, change):
+    from triage.report import carried
+
+    series = [plots.Series("run", [1.0, 0.5, 0.25])]
+    drawn = plots.loss_curves(series)
+    assert drawn.startswith('<svg data-figure="') and carried.is_plain_figure(drawn)
+    tampered = drawn.replace(*change, 1)
+    assert tampered != drawn and not carried.is_plain_figure(tampered)
+    page = tmp_path / "report.html"
+    page.write_text(f"<html><body><figure>{tampered}</figure></body></html>")
+    for svg in (cache / "figures").glob("*.svg"):
+        svg.unlink()
+    with carried.figures_from(page):
+        assert plots.loss_curves(series) == drawn  # drawn again, not taken from the page

@@ -141,10 +141,12 @@ def rerender(
     debug: bool = typer.Option(False, "--debug"),
 ) -> None:
     """Re-render report.html and summary.md from report.json, without re-running anything."""
-    from triage.report import read_report, write_report
+    from triage.report import carried, read_report, write_report
 
     with _user_errors(debug):
-        files = write_report(read_report(report_json), out or report_json.parent)
+        report = read_report(report_json)
+        with carried.figures_from(report_json.parent / "report.html"):  # not drawn again if they pass
+            files = write_report(report, out or report_json.parent)
     print(files["html"])
 
 

@@ -4,8 +4,9 @@ A figure's key is a hash of the plot function, its arguments and the drawing cod
 drawing.py and matplotlib's version): the same key is the same bytes, and changing how a plot is drawn
 retires every key drawn the old way. Kept in the user's own cache (`$TRIAGE_CACHE/figures`, see
 triage/user_cache.py), never in a report folder: the SVG goes into the page unescaped, so only figures
-this user's triage drew are reused, never ones that arrived with somebody's report. A cache that cannot
-be read or written is passed over: a figure is then drawn, as if never kept.
+this user's triage drew are kept here, never ones that arrived with somebody's report (those are checked
+each time they are used, carried.py). A cache that cannot be read or written is passed over: a figure is
+then drawn, as if never kept.
 """
 
 from __future__ import annotations

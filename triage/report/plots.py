@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
-from triage.report import figure_cache
+from triage.report import carried, figure_cache
 
 BASELINE = "#6b7280"
 INTERVENTION = "#2563eb"
@@ -57,13 +57,14 @@ F = TypeVar("F", bound=Callable[..., Optional[str]])
 
 
 def _plot(plot: F) -> F:
-    """A plot drawn before comes from the figure cache; a new one is drawn and kept there. A plot that
-    cannot be drawn is left out (None) and logged; it never takes the report down."""
+    """A plot drawn before comes from the figure cache (else from the page of the report being re-rendered,
+    carried.py); a new one is drawn and kept there. A plot that cannot be drawn is left out (None) and
+    logged; it never takes the report down."""
 
     @functools.wraps(plot)
     def drawn(*args, **kwargs):
         key = figure_cache.key(plot.__name__, args, kwargs)
-        kept = figure_cache.get(key)
+        kept = figure_cache.get(key) or carried.get(key)
         if kept is not None:
             return kept
         try:
@@ -71,7 +72,8 @@ def _plot(plot: F) -> F:
         except Exception as exc:  # noqa: BLE001  (a figure is a nicety; the report is not)
             log.warning("plot %s left out: %s: %s", plot.__name__, type(exc).__name__, exc)
             return None
-        if svg is not None:
+        if svg is not None and key is not None:
+            svg = svg.replace("<svg ", f'<svg data-figure="{key}" ', 1)  # found again in the page (carried.py)
             figure_cache.put(key, svg)
         return svg
     return drawn  # type: ignore[return-value]
