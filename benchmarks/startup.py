@@ -8,9 +8,10 @@ ever adds time). Each demo is timed once, after its checkpoint is in the demo ca
 the one-off training that writes it is shown apart, in the `first run adds` column (about 0 where it was
 already cached), and with an empty figure cache, as a person's first run has (the demos draw their
 figures while they walk, report/ahead.py). `triage report` re-renders the report.json the first demo
-wrote, twice: with the figures that demo drew in the cache (what a re-render on the same machine costs)
-and with nothing cached (a report from elsewhere: every figure drawn). Targets: under 1 s for the quick
-commands, under 10 s per demo. The load average is printed before and after: figures taken on a loaded
+wrote three ways: with the figures that demo drew in the cache (a re-render on the same machine), with
+nothing cached but its folder (a report folder from elsewhere: the figures come from its report.html,
+report/carried.py), and report.json alone with nothing cached (every figure drawn). Targets: under 1 s
+for the quick commands, under 10 s per demo. The load average is printed before and after: figures taken on a loaded
 machine run long.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,7 +45,7 @@ def wall(args: list[str], cwd: Path, cache: Path) -> float:
 
 def row(what: str, seconds: float, target: float, note: str = "") -> str:
     verdict = "ok" if seconds < target else "OVER"
-    return f"{what:<40} {seconds:7.2f} s  {verdict:<4} (< {target:g} s)  {note}"
+    return f"{what:<52} {seconds:7.2f} s  {verdict:<4} (< {target:g} s)  {note}"
 
 
 def load() -> str:
@@ -83,12 +85,17 @@ def main() -> None:
         for what, (command, where) in quick.items():
             print(row(what, min(wall(command, root, where) for _ in range(args.rounds)), QUICK_TARGET_S,
                       f"fastest of {args.rounds}"))
-        cold = []
-        for i in range(args.rounds):  # a new empty cache each time: every figure and template is made
-            (out / f"empty{i}").mkdir()
-            cold.append(wall(rerender, root, out / f"empty{i}"))
-        print(row(f"triage report ({names[0]}, nothing cached)", min(cold), QUICK_TARGET_S,
-                  f"fastest of {args.rounds}"))
+        alone = out / "alone"  # report.json without the page it came with: every figure drawn
+        alone.mkdir()
+        shutil.copy(report, alone / "report.json")
+        for what, command in ((f"triage report ({names[0]} folder, nothing cached)", rerender),
+                              (f"triage report ({names[0]}.json alone, nothing cached)",
+                               ["report", str(alone / "report.json"), "--out", str(out / "rerendered")])):
+            cold = []
+            for i in range(args.rounds):  # a new empty cache each time: no figure or template kept
+                empty = Path(tempfile.mkdtemp(dir=out))
+                cold.append(wall(command, root, empty))
+            print(row(what, min(cold), QUICK_TARGET_S, f"fastest of {args.rounds}"))
     for name, seconds in demos.items():
         print(row(f"triage demo {name}", seconds, DEMO_TARGET_S, f"first run adds {first_run[name]:.1f} s"))
     print(f"# {load()}")
