@@ -135,6 +135,18 @@ def test_a_candidate_of_a_higher_tier_than_a_working_fix_is_not_run(tmp_path):
     assert "reinit" not in result.runs and {"lower", "clip", "bf16"} <= set(result.runs)
 
 
+def test_a_higher_tier_candidate_a_later_one_reads_still_runs(tmp_path):
+    """Outranking it would leave the later candidate's condition reading nothing."""
+    result, decision = diagnose(tmp_path, """
+        lower: {run: fake_fix, with: {works: true, end: 0.2}, then: high_lr, tier: 2}
+        reinit: {run: fake_fix, with: {works: false, end: 0.7}, then: precision, tier: 3}
+        clip: {run: fake_fix, with: {works: true, end: 0.9}, then: exploding, tier: 2, if: reinit.loss_end > 0.5}
+    """)
+    assert {c.id: (c.tried, c.outranked) for c in decision.candidates} == {
+        "lower": (True, False), "reinit": (True, False), "clip": (True, False)}
+    assert result.leaf.diagnosis == "lr_too_high"
+
+
 def test_a_higher_tier_runs_while_no_lower_fix_works_and_can_then_win(tmp_path):
     result, decision = diagnose(tmp_path, """
         lower: {run: fake_fix, with: {works: false, end: 0.9}, then: high_lr, tier: 2}

@@ -76,10 +76,10 @@ def test_the_cache_keeps_its_size_by_dropping_the_least_recently_used(cache, mon
     assert sum(p.stat().st_size for p in folder.glob("*.svg")) <= 6_000
 
 
-one_core = pytest.mark.skipif(_cores() < 2, reason="on one core nothing is drawn ahead")
+needs_two_cores = pytest.mark.skipif(_cores() < 2, reason="on one core nothing is drawn ahead")
 
 
-@one_core
+@needs_two_cores
 def test_figures_drawn_ahead_in_a_second_process_are_the_ones_the_page_takes(cache, tmp_path, monkeypatch):
     """The drawer starts before there is a report; the walk's journal writes report.json and says where;
     `finish()` (the final report.json written) waits for the drawer's last pass. The page drawn then
@@ -98,7 +98,7 @@ def test_figures_drawn_ahead_in_a_second_process_are_the_ones_the_page_takes(cac
     assert render_html(report) == without and drawn_here == []
 
 
-@one_core
+@needs_two_cores
 def test_a_drawer_that_is_never_told_where_exits_and_one_closed_early_is_stopped(tmp_path):
     ahead = Ahead()
     process = ahead._process
@@ -138,6 +138,10 @@ def test_a_report_from_another_machine_rerenders_from_its_own_page_without_drawi
     ('<g id="figure_1">', '<g id="figure_1"><use xlink:href="http://example.com/a.svg#x"/>'),
     ("*{stroke-linejoin: round; stroke-linecap: butt}", "@import url(http://example.com/a.css);"),
     ('<g id="figure_1">', '<g id="figure_1"><![CDATA[</svg><script>alert(1)</script>]]>'),
+    ('<g id="figure_1">', '<g id="figure_1" style="fill: image-set(\'https://example.com/b.png\' 1x)">'),
+    ('<g id="figure_1">', '<g id="figure_1" style="fill: u\\72 l(https://example.com/x)">'),
+    ('<g id="figure_1">', '<g id="figure_1"><title><style/></title>'),
+    ('<g id="figure_1">', '<g id="figure_1" class="a&quot;b">'),
 ])
 def test_a_carried_figure_that_is_not_what_triage_draws_is_drawn_again(cache, tmp_path, change):
     from triage.report import carried

@@ -251,6 +251,9 @@ def test_user_text_is_escaped_everywhere(tmp_path):
         assert "<script" not in svg.lower()
     # Module names in the bar labels went through matplotlib's escaping, and are there.
     assert any("enc.&lt;script&gt;" in svg for svg in inline_svgs(html))
+    # and were anything to slip through, the page forbids itself from running or loading it
+    head = html[:html.index("<style>")]
+    assert "Content-Security-Policy" in head and "default-src 'none'" in head and "script-src" not in head
     md = files["md"].read_text()
     outside_code = re.sub(r"(`+).*?\1", "", re.sub(r"^```.*?^```", "", md, flags=re.S | re.M), flags=re.S)
     assert "<script" not in outside_code

@@ -7,6 +7,7 @@ walk stopped because a rank raised or stopped responding (rank 0 still wrote the
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -91,7 +92,7 @@ def run(
 
     if nproc_per_node:
         raise typer.Exit(launch(nproc_per_node, sys.argv[1:]))
-    with _user_errors(debug, rank if "RANK" in os.environ else None):
+    with _user_errors(debug, rank if "RANK" in os.environ else None), ahead or contextlib.nullcontext():
         report, files = run_triage(entry, checkpoint, out=out, playbook=playbook, steps=steps, seed=seed,
                                    history=history, trust_checkpoint=trust_checkpoint, trust_playbook=trust_playbook,
                                    history_loss=history_loss, history_val=history_val, snapshot_dir=snapshot_dir,
@@ -125,7 +126,7 @@ def demo(
     ahead = _drawer()
     from triage.api import run as run_triage
 
-    with _user_errors(debug):
+    with _user_errors(debug), ahead:
         checkpoint = _shown(demo_checkpoint(name))
         entry = f"{_shown(example_path(name))}:setup"
         report, files = run_triage(entry, checkpoint, out=out, listener=_listener(output, verbose=verbose),
@@ -224,13 +225,17 @@ def main() -> None:
 
 def _exit_now(code) -> NoReturn:
     """Exit without Python's teardown, which frees every module and object one by one: with torch and
-    its compiler stack imported that takes ~0.8 s on a small machine, after the report is written. What
-    teardown does that matters is done first: exit handlers run (a user's own too) and output is flushed."""
+    its compiler stack imported that takes ~0.8 s on a small machine, after the report is written. Exit
+    handlers still run (a user's own too) and output is flushed; not done: joining threads a setup()
+    left running, and closing files it left open without flushing them."""
     if isinstance(code, str):  # sys.exit("message")
         print(code, file=sys.stderr)
         code = 1
     atexit._run_exitfuncs()
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):  # `triage ... | head` closed the pipe; a closed stream
+            pass
     os._exit(code or 0)

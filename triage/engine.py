@@ -184,9 +184,13 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
             outcomes[run_id] = outcome
         return run, outcome
 
-    def candidates() -> Candidates:
+    def new_pool() -> Candidates:
         if parallel and can_fork(session.device, current_ranks().world_size):
-            return TwoAtOnce(measure, measure_in_copy, record, outcomes, listener, playbook.experiments)
+            try:
+                return TwoAtOnce(measure, measure_in_copy, record, outcomes, listener, playbook.experiments,
+                                 playbook.budget_s)
+            except OSError as exc:
+                log.warning("no second process for the candidates (%s); measuring them one by one", exc)
         return OneByOne(measure)
 
     try:
@@ -199,7 +203,7 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
                 decision = _decide(playbook, node, read)
                 listener.decided(decision)
             else:
-                decision = _differential(playbook, node, spec, read, candidates, listener)
+                decision = _differential(playbook, node, spec, read, new_pool, listener)
                 for cid, *_ in playbook.candidates(node):  # the report lists them as written, however they ran
                     if cid in runs:
                         runs[cid] = runs.pop(cid)
@@ -292,12 +296,13 @@ def _clauses(condition, read) -> list[Clause]:
     return [Clause(text=text, refs=refs) for text, refs in condition.settled(read)]
 
 
-def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, candidates,
+def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, new_pool: Callable[[], Candidates],
                   listener: Listener) -> Decision:
     """Try each candidate whose `if` holds, then go where the winner leads: the lowest tier among the
     candidates whose fix works (tier 1 where the abnormality a candidate repairs was `measured`), the
     best (lowest) score within it. A candidate of a higher tier than a fix that already works is not
-    run (`outranked`): it could neither win nor come close, both of which need the winner's tier.
+    run (`outranked`): it could neither win nor come close, both of which need the winner's tier (one a
+    later candidate reads, `against:` say, still runs).
 
     Candidates are taken in the order written; one that reads an earlier one (its `if`, `measured` or a
     parameter such as `against:`), or that a lower tier's result could outrank, waits for what it needs,
@@ -305,15 +310,19 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, c
     errors: list[str] = []
     measured = playbook.measured(node)
     decided: list[CandidateResult] = []  # works and score filled in once every candidate is measured
-    pool = candidates()
+    reads = {cid: _sibling_reads(playbook, node, cid, condition, measured.get(cid))
+             for cid, _, condition in playbook.candidates(node)}
+    read_later = {ref for refs in reads.values() for ref in refs}
+    pool = new_pool()
     try:
         for cid, candidate, condition in playbook.candidates(node):
-            pool.wait(_sibling_reads(playbook, node, cid, condition, measured.get(cid)))
+            pool.wait(reads[cid])
             abnormal = measured[cid].evaluate(read, errors) if cid in measured else None
             tier = 1 if abnormal else candidate.tier
             lower = [c.id for c in decided if c.tried and c.then and c.tier < tier]
             pool.wait(lower)
-            outranked = candidate.then is not None and any(read(c, spec.works) is True for c in lower)
+            outranked = (candidate.then is not None and cid not in read_later
+                         and any(read(c, spec.works) is True for c in lower))
             tried = not outranked and (condition is None or condition.evaluate(read, errors))
             if tried:
                 pool.submit(cid, candidate.title, lambda run, cid=cid: listener.finished(

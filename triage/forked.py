@@ -3,12 +3,14 @@ of it made by fork() measuring some while the walk's process measures the others
 
 The copy has everything the walk built (the session, its snapshot, the figures measured once) at no
 cost, measures each candidate it is sent exactly as the walk would (the experiment restores the snapshot,
-RNG included, before it starts, so which process runs a candidate changes no figure), and sends back its
-ExperimentRun and Outcome, pickled, through a pipe. Used only where a fork is safe and pays:
-Linux, a CPU run (a CUDA context cannot cross a fork), one rank, two cores or more; the copy runs torch
-on one thread (an OpenMP pool does not survive a fork), the walk's process on the others. An experiment
-reads other nodes' outcomes through its parameters (`against: restart`): the engine waits for those, and
-sends the copy what it lacks.
+RNG included, before it starts), and sends back its ExperimentRun and Outcome, pickled, through a pipe.
+Both processes run torch on one thread while they share the candidates (an OpenMP pool does not survive
+a fork, and a candidate's figures must not depend on which process took it), so the figures are those
+of one at a time on one thread. Used only where a fork is safe and pays: Linux, a CPU run (a CUDA context
+cannot cross a fork), one rank, two cores or more, torch on at most two threads (with more, one process
+using them all is no slower). An experiment reads other nodes' outcomes through its parameters
+(`against: restart`): the engine waits for those, and sends the copy what it lacks. A copy that dies or
+stays silent past twice its candidate's budget is stopped, and the walk's process measures the rest.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import select
 import signal
 import struct
 import sys
+import time
 from typing import Any, Callable, Optional, Protocol
 
 import torch
@@ -31,7 +34,8 @@ _HEADER = struct.Struct(">Q")  # each message: its length, then the pickle
 
 def can_fork(device: torch.device, world_size: int) -> bool:
     return (sys.platform.startswith("linux") and device.type == "cpu" and world_size == 1
-            and not torch.cuda.is_initialized() and len(os.sched_getaffinity(0)) >= 2)
+            and not torch.cuda.is_initialized() and len(os.sched_getaffinity(0)) >= 2
+            and torch.get_num_threads() <= 2)
 
 
 class Forked:
@@ -43,15 +47,20 @@ class Forked:
         to_parent, from_child = os.pipe()[::-1]
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the copy: never returns into the walk's code
-            code = 1
-            try:
+        walk, code = os.getpid(), 1
+        try:
+            pid = os.fork()
+            if pid == 0:
                 os.close(to_child)
                 os.close(from_child)
                 _serve(run_one, from_parent, to_parent)
                 code = 0
-            finally:
+        except OSError:  # no fork (a process or memory limit): the walk measures every candidate
+            for fd in (to_child, from_parent, to_parent, from_child):
+                os.close(fd)
+            raise
+        finally:
+            if os.getpid() != walk:  # the copy, however it got here (a Ctrl-C included): never returns
                 os._exit(code)
         os.close(from_parent)
         os.close(to_parent)
@@ -119,14 +128,18 @@ class TwoAtOnce:
     a result the copy sent; `outcomes` is the walk's, read for what the copy lacks."""
 
     def __init__(self, measure, measure_in_copy, record, outcomes: dict[str, Any], listener,
-                 experiments: dict[str, str]) -> None:
-        self.measure, self.record, self.outcomes, self.listener, self.experiments = (
-            measure, record, outcomes, listener, experiments)
+                 experiments: dict[str, str], budget_s: Callable[[str], float]) -> None:
+        self.measure, self.record, self.outcomes, self.listener, self.experiments, self.budget_s = (
+            measure, record, outcomes, listener, experiments, budget_s)
         self.known = set(outcomes)  # what the copy has: everything measured before it was made
-        self.pending: dict[str, tuple[Optional[str], Callable]] = {}
+        self.pending: dict[str, tuple[Optional[str], Callable, float]] = {}  # title, done, deadline
         self.threads = torch.get_num_threads()
-        torch.set_num_threads(max(1, self.threads - 1))  # the copy takes one core
-        self.copy: Optional[Forked] = Forked(measure_in_copy)
+        torch.set_num_threads(1)  # the copy inherits it
+        try:
+            self.copy: Optional[Forked] = Forked(measure_in_copy)
+        except OSError:
+            torch.set_num_threads(self.threads)
+            raise
 
     def submit(self, cid, title, done) -> None:
         self._collect(block=False)
@@ -134,11 +147,11 @@ class TwoAtOnce:
             new = {k: v for k, v in self.outcomes.items() if k not in self.known}
             try:
                 self.copy.send(cid, new)
-            except OSError as exc:  # it died (a broken pipe): this process measures the rest
+            except Exception as exc:  # noqa: BLE001  (it died, or an outcome would not pickle)
                 self._lost(exc)
             else:
                 self.known |= set(new)
-                self.pending[cid] = (title, done)
+                self.pending[cid] = (title, done, time.monotonic() + 2 * self.budget_s(cid) + 30)
                 return
         done(self.measure(cid, title))
 
@@ -147,13 +160,20 @@ class TwoAtOnce:
             self._collect(block=True)
 
     def _collect(self, block: bool) -> None:
-        if self.copy is None or self.copy.busy is None or not self.copy.ready(None if block else 0):
+        if self.copy is None or self.copy.busy is None:
             return
         cid = self.copy.busy
-        title, done = self.pending.pop(cid)
+        title, done, deadline = self.pending[cid]
+        if not self.copy.ready(max(0.0, deadline - time.monotonic()) if block else 0):
+            if block:  # silent past twice its budget: stuck (a lock held across the fork, say)
+                del self.pending[cid]
+                self._lost(TimeoutError(f"no answer for '{cid}' in {2 * self.budget_s(cid) + 30:.0f} s"))
+                done(self.measure(cid, title))
+            return
+        del self.pending[cid]
         try:
             run, outcome = self.copy.receive()
-        except EOFError as exc:  # the copy died: this process measures it, and the rest
+        except Exception as exc:  # noqa: BLE001  (it died before it answered, or its answer is unreadable)
             self._lost(exc)
             done(self.measure(cid, title))
             return

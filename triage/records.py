@@ -39,9 +39,9 @@ class CandidateResult(BaseModel):
     then: Optional[str] = Field(description="The node it leads to when it wins; None for a control.")
     tier: int = Field(description="Its precedence as ranked: 1 where its `measured` abnormality held.")
     measured: Optional[bool] = Field(default=None, description="Its `measured` condition, where it declares one.")
-    tried: bool = Field(description="Its `if` held (or it has none), so it ran.")
-    outranked: bool = Field(default=False, description="Not run: a fix of a lower tier already worked, which "
-                                                       "a candidate of this one could not outrank.")
+    tried: bool = Field(description="It ran: its `if` held (or it has none) and it was not outranked.")
+    outranked: bool = Field(default=False, description="Not run: a fix of a lower tier already worked, and a "
+                                                       "candidate of this tier could not win against it.")
     works: Optional[bool] = Field(default=None, description="The differential's `works` field, as measured.")
     score: Optional[float] = Field(default=None, description="The differential's `score` field (lower is better).")
     winner: bool = False
