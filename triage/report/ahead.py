@@ -101,6 +101,11 @@ def _cores() -> int:
 def _draw_while_the_walk_runs() -> None:
     import importlib
 
+    try:  # the walk's processes come first: this one draws on what CPU they leave
+        os.nice(10)
+    except OSError:
+        pass
+
     from triage.report.render import read_report
     from triage.report.views import build_views
 
