@@ -389,6 +389,7 @@ def _proof_table(report: Report, proof: Optional[ExperimentRun],
     names = list(dict.fromkeys(names))
     a, b = reference.outcome or {}, proof.outcome or {}
     rows = [(n, format_figure(a.get(n)), format_figure(b.get(n))) for n in names if n in a or n in b]
+    rows.sort(key=lambda row: row[1] == row[2])  # what the fix changed first; a figure both share after it
     view = headline(report, proof)
     if view and view.start and view.end and (view.start in a or view.start in b):
         rows.append((f"{view.ylabel or view.field} start → end",
