@@ -49,11 +49,13 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
     `ahead` draws the report's figures in a second process while the walk runs (report/ahead.py): the
     command line starts one before it imports torch, where a person waits for the page; none for a caller
     running walks side by side. It is closed when this returns. `parallel` measures a differential's
-    candidates two at a time, in this process and a forked copy of it, where that is safe (triage/forked.py:
-    Linux, a CPU run, one rank, two cores): the same figures, in about half the time on an idle machine.
+    candidates two at a time, in this process and a forked copy of it, where that is safe and pays
+    (triage/forked.py: Linux, a CPU run, one rank, two cores, torch on at most two threads): the figures of
+    one at a time on one thread, the differential's wall time down by a fifth to a half.
     """
     with ahead or contextlib.nullcontext():  # the drawer is closed however this ends
-        book = with_steps(load_playbook(playbook, trust_imports=trust_playbook), steps)  # validate it before anything runs
+        # the playbook is validated before anything runs
+        book = with_steps(load_playbook(playbook, trust_imports=trust_playbook), steps)
         with joined(rank_timeout) as ranks:  # under torchrun: the process group, up before setup() runs
             session = open_on_every_rank(ranks, lambda: open_session(
                 entry, checkpoint, seed=seed, history_path=history, trust_checkpoint=trust_checkpoint,

@@ -145,7 +145,8 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
     """Walk the playbook from its entry to a leaf. `journal` is handed the walk so far (status
     "incomplete") after every experiment, so what was measured survives whatever happens next; Ctrl-C
     ends the walk with status "interrupted" instead of losing it. `parallel` measures a differential's
-    candidates two at a time where a fork is safe (forked.py); every figure is the same either way."""
+    candidates two at a time where a fork is safe (forked.py), each on one torch thread: the figures of
+    one at a time on one thread."""
     listener = listener or SilentListener()
     facts = setup_facts(session)
     runs: dict[str, ExperimentRun] = {}

@@ -7,9 +7,10 @@ imports torch and calls setup(). The walk rewrites report.json after every exper
 `follow(path)` tells the drawer where, and it draws every view of report.json each time the file
 changes (a figure already drawn is a cache hit). `finish()` is called once the final report.json is
 written: the drawer draws it (the figures the verdict changed, such as the proof's comparison) and
-exits, and the page then draws only what the drawer did not reach within `FINISH_S`. It changes no byte of the report: the cache is keyed by
-what a figure shows. Where the second process cannot start, the machine has one core, or the drawer
-is late, the page draws what the cache lacks, as it would without it.
+exits, and the page then draws only what the drawer did not reach within `FINISH_S`. It changes no
+byte of the report: the cache is keyed by what a figure shows. Where the second process cannot start,
+the machine has one core, or the drawer is late, the page draws what the cache lacks, as it would
+without it. The drawer runs at a lower priority (nice 10): the walk's processes come first.
 """
 
 from __future__ import annotations
