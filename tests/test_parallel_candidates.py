@@ -60,3 +60,16 @@ def test_a_copy_that_dies_mid_candidate_is_noticed(monkeypatch):
     with pytest.raises(EOFError, match="'c'"):
         copy.receive()
     copy.close()
+
+
+def test_no_fork_leaves_every_candidate_to_the_walk(dead_relu, tmp_path, monkeypatch):
+    """A process limit (fork raises): the walk measures them one by one, its threads as they were."""
+    checkpoint, serial = dead_relu
+
+    def refused():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(forked.os, "fork", refused)
+    threads = torch.get_num_threads()
+    parallel, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=tmp_path, parallel=True)
+    assert measured(parallel) == measured(serial) and torch.get_num_threads() == threads
