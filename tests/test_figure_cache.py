@@ -99,7 +99,7 @@ def test_figures_drawn_ahead_in_a_second_process_are_the_ones_the_page_takes(cac
 
 
 @needs_two_cores
-def test_a_drawer_that_is_never_told_where_exits_and_one_closed_early_is_stopped(tmp_path):
+def test_a_drawer_that_is_never_told_where_exits_and_one_closed_early_is_stopped():
     ahead = Ahead()
     process = ahead._process
     ahead.finish()  # no report.json was ever written: end of file, nothing to draw

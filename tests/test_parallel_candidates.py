@@ -52,7 +52,7 @@ def test_a_copy_that_dies_leaves_its_candidate_to_the_walk(dead_relu, tmp_path, 
     assert measured(parallel) == measured(serial)
 
 
-def test_a_copy_that_dies_mid_candidate_is_noticed(monkeypatch):
+def test_a_copy_that_dies_mid_candidate_is_noticed():
     """Its answer never comes: receive() says so instead of waiting for ever."""
     copy = forked.Forked(lambda run_id, new: forked.os._exit(3))
     copy.send("c", {})

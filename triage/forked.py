@@ -56,8 +56,9 @@ class Forked:
                 _serve(run_one, from_parent, to_parent)
                 code = 0
         except OSError:  # no fork (a process or memory limit): the walk measures every candidate
-            for fd in (to_child, from_parent, to_parent, from_child):
-                os.close(fd)
+            if os.getpid() == walk:  # (in the copy, the `finally` ends it whatever the error)
+                for fd in (to_child, from_parent, to_parent, from_child):
+                    os.close(fd)
             raise
         finally:
             if os.getpid() != walk:  # the copy, however it got here (a Ctrl-C included): never returns
@@ -71,8 +72,8 @@ class Forked:
         _write(self._out, (run_id, outcomes))
         self.busy = run_id
 
-    def ready(self, timeout: Optional[float]) -> bool:
-        """Its answer has arrived (or it ended), waiting up to `timeout` seconds (None: for ever)."""
+    def ready(self, timeout: float) -> bool:
+        """Its answer has arrived (or it ended), waiting up to `timeout` seconds."""
         return bool(select.select([self._in], [], [], timeout)[0])
 
     def receive(self) -> tuple[Any, Any]:
