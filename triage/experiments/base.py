@@ -18,6 +18,12 @@ from triage.session import Session
 from triage.views import View
 
 
+class NotApplicable(Exception):
+    """Raised by an experiment that cannot run in this setup (an intervention the run's loop, schedule or
+    optimizer gives no way to apply): the engine records it as `not_applicable` with this message as the
+    reason. Such an experiment was never tried, so it rules nothing out."""
+
+
 class Params(BaseModel):
     """An experiment's parameters; unknown keys in a playbook are errors."""
 

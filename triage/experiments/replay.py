@@ -174,7 +174,7 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
         revive(find_dead_units(setup, session.batches[:8], session.device), setup.optimizer)
     with contextlib.ExitStack() as undo:  # interventions that change the user's objects are put back
         if p.unfreeze:
-            undo.enter_context(unfrozen(setup.model, setup.optimizer))
+            undo.enter_context(unfrozen(setup.model, setup.optimizer, setup.scheduler))
         if p.unsquash:
             undo.enter_context(unsquashed(setup.model))
         peak_ratio = undo.enter_context(held_at_peak(setup.optimizer, ctx.outcomes.get(p.hold_peak_of))) \
