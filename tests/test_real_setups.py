@@ -1,0 +1,53 @@
+"""Issue 20's situations from real runs, each a tiny stock-PyTorch run triaged end to end: schedules,
+param groups the candidates change, and verdicts that must say what the run measured."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import triage
+from tests._instrument_runs import cross_entropy, digits
+
+
+def _train_own_loop(setup: triage.Setup, steps: int) -> list[float]:
+    torch.manual_seed(0)
+    losses = []
+    for step in range(steps):
+        losses.append(float(setup.train_step(setup.model, setup.optimizer, setup.batches[step % len(setup.batches)])))
+    return losses
+
+
+def decayed_per_micro_batch() -> triage.Setup:
+    """A linear decay to 0 planned over 100 steps but stepped once per micro-batch (4 a step): by step 25
+    of the run its LR is 0, and no loop moves the weights any more."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / 100))
+
+    def train_step(model, optimizer, batch):
+        x, y = batch
+        optimizer.zero_grad()
+        total = 0.0
+        for xs, ys in zip(x.chunk(4), y.chunk(4)):
+            loss = cross_entropy(model, (xs, ys)) / 4
+            loss.backward()
+            total += float(loss)
+            scheduler.step()  # the bug: once per micro-batch, not once per optimizer step
+        optimizer.step()
+        return torch.tensor(total)
+
+    return triage.Setup(model=model, optimizer=optimizer, loss_fn=cross_entropy, batches=digits(16),
+                        scheduler=scheduler, train_step=train_step, total_steps=100)
+
+
+def test_a_schedule_at_lr_zero_is_the_schedule_not_a_loop_bug(tmp_path):
+    """Issue 20, situation 12: `loop_bug` (high, "the weights never moved") before."""
+    setup = decayed_per_micro_batch()
+    losses = _train_own_loop(setup, 40)
+    assert setup.optimizer.param_groups[0]["lr"] == 0.0
+    path = triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, scheduler=setup.scheduler,
+                                  step=40, history=losses)
+    report, _ = triage.run(decayed_per_micro_batch, path, out=tmp_path / "report")
+    assert report.root_cause == "lr_schedule_decayed", (report.root_cause, report.title)
