@@ -51,3 +51,44 @@ def test_a_schedule_at_lr_zero_is_the_schedule_not_a_loop_bug(tmp_path):
                                   step=40, history=losses)
     report, _ = triage.run(decayed_per_micro_batch, path, out=tmp_path / "report")
     assert report.root_cause == "lr_schedule_decayed", (report.root_cause, report.title)
+
+
+def ctc_setup() -> triage.Setup:
+    """A CTC speech-like model: batches of (features, targets, input lengths, target lengths). The target
+    lengths (6..12) run past the 5 classes: read as labels they are "out of range"."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    classes, frames, batch = 5, 30, 16
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, classes))
+
+    def loss_fn(model, b):
+        x, targets, input_lengths, target_lengths = b
+        log_probs = model(x).log_softmax(-1).transpose(0, 1)  # (T, B, C)
+        return nn.functional.ctc_loss(log_probs, targets, input_lengths, target_lengths)
+
+    batches = []
+    for _ in range(8):
+        target_lengths = torch.randint(6, 13, (batch,), generator=g)
+        targets = torch.randint(1, classes, (batch, 12), generator=g)
+        x = torch.randn(batch, frames, 8, generator=g)
+        batches.append((x, targets, torch.full((batch,), frames, dtype=torch.long), target_lengths))
+    return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-2), loss_fn=loss_fn,
+                        batches=batches)
+
+
+def test_the_label_check_reads_the_tensor_the_loss_scores_against():
+    """Issue 20, situation 13: the last integer tensor (the target lengths) was taken for the labels."""
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.labels import LABEL_CHECK
+
+    outcome = run(LABEL_CHECK, session_of(ctc_setup))
+    assert outcome.target == "[1]" and outcome.target_ambiguous
+    assert outcome.out_of_range_count == 0 and outcome.label_max <= 4
+
+
+def test_a_plain_classifier_has_one_unambiguous_target():
+    from tests._instrument_runs import classifier_setup, run, session_of
+    from triage.experiments.labels import LABEL_CHECK
+
+    outcome = run(LABEL_CHECK, session_of(classifier_setup))
+    assert (outcome.target, outcome.target_ambiguous) == ("[1]", False)
