@@ -92,3 +92,37 @@ def test_a_plain_classifier_has_one_unambiguous_target():
 
     outcome = run(LABEL_CHECK, session_of(classifier_setup))
     assert (outcome.target, outcome.target_ambiguous) == ("[1]", False)
+
+
+def warmup_to_a_peak_too_high() -> triage.Setup:
+    """SGD warming up linearly over 100 steps to a peak LR of 50 (0.05 trains this MLP): by step 30 the
+    LR is ~15 and the run diverges."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=50.0)
+    scheduler = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=0.001, end_factor=1.0, total_iters=100)
+    return triage.Setup(model=model, optimizer=optimizer, loss_fn=cross_entropy, batches=digits(16),
+                        scheduler=scheduler, total_steps=1000)
+
+
+def _stock_run(make, tmp_path, steps: int):
+    torch.manual_seed(0)
+    setup, losses = make(), []
+    for step in range(steps):
+        setup.optimizer.zero_grad()
+        loss = setup.loss_fn(setup.model, setup.batches[step % len(setup.batches)])
+        loss.backward()
+        setup.optimizer.step()
+        setup.scheduler.step()
+        losses.append(loss.item())
+    return triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, scheduler=setup.scheduler,
+                                  step=steps, history=losses), losses
+
+
+def test_a_warmup_to_a_peak_lr_too_high_is_the_lr_not_the_init(tmp_path):
+    """Issue 20, situation 1: restarts replayed the warmup from step 0 (a tiny LR that "works"), and the
+    verdict was bad_initialization, high. (This run was right before the change too: the issue's own run
+    was not reproduced here; it guards the restart's schedule position.)"""
+    path, losses = _stock_run(warmup_to_a_peak_too_high, tmp_path, 12)
+    report, _ = triage.run(warmup_to_a_peak_too_high, path, out=tmp_path / "report")
+    assert report.root_cause == "lr_too_high", (report.root_cause, report.confidence, losses)
