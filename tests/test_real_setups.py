@@ -3,6 +3,7 @@ param groups the candidates change, and verdicts that must say what the run meas
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -126,3 +127,33 @@ def test_a_warmup_to_a_peak_lr_too_high_is_the_lr_not_the_init(tmp_path):
     path, losses = _stock_run(warmup_to_a_peak_too_high, tmp_path, 12)
     report, _ = triage.run(warmup_to_a_peak_too_high, path, out=tmp_path / "report")
     assert report.root_cause == "lr_too_high", (report.root_cause, report.confidence, losses)
+
+
+def slow_then_fast() -> triage.Setup:
+    """A schedule whose LR is a fifth of its value for the first 45 steps (a warmup): over the replay's 40
+    steps the run falls ~8%, and it trains at full speed only after them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.2 if step < 45 else 1.0)
+    return triage.Setup(model=model, optimizer=optimizer, loss_fn=cross_entropy, batches=digits(16),
+                        scheduler=scheduler)
+
+
+def test_a_fix_extended_past_the_run_is_compared_over_the_same_steps():
+    """Issue 20, situation 8: a candidate extended to 120 steps had its end set against the run's end at
+    step 40. A candidate that changes nothing, extended, then "worked": it is the run itself."""
+    from tests._instrument_runs import session_of, trained_checkpoint
+    from triage.experiments.base import Context
+    from triage.experiments.replay import REPLAY, ReplayParams
+
+    session = session_of(slow_then_fast, trained_checkpoint(slow_then_fast, 3))
+    baseline = ReplayParams(steps=40)
+    ctx = Context(session=session, budget_s=600, params={"baseline": baseline})
+    session.restore()
+    ctx.outcomes["baseline"] = REPLAY.measure(ctx, baseline)
+    assert 0.9 < ctx.outcomes["baseline"].loss_ratio < 0.95  # slow: a fix that learns would be extended
+    session.restore()
+    unchanged = REPLAY.measure(ctx, ReplayParams(steps=40, extend_to=120, against="baseline", wd_scale=1.0))
+    assert unchanged.steps_run == 120 and unchanged.reference_steps == 120
+    assert unchanged.improvement == pytest.approx(1.0) and not unchanged.fix_works

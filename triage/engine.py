@@ -234,7 +234,8 @@ def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: di
     params = playbook.params[node]
     budget_s = playbook.budget_s(node)
     session.restore()
-    ctx = Context(session=session, budget_s=budget_s, outcomes=dict(outcomes), progress=listener.progress)
+    ctx = Context(session=session, budget_s=budget_s, outcomes=dict(outcomes), progress=listener.progress,
+                  params=playbook.params)
     outcome, status, error = None, "ok", None
     anomaly_was_on = torch.is_anomaly_enabled()
     t0 = time.perf_counter()

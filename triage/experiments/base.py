@@ -43,6 +43,7 @@ class Context:
     session: Session
     budget_s: float
     outcomes: dict[str, "Outcome"] = field(default_factory=dict)  # earlier nodes' measurements
+    params: dict[str, "Params"] = field(default_factory=dict)  # every node's parameters, as the playbook sets them
     progress: Callable[[int, int], None] = lambda done, total: None
     started: float = field(default_factory=time.perf_counter)
     # The other ranks of a distributed run (a world of one otherwise): every decision that ends a loop

@@ -180,7 +180,28 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
         peak_ratio = undo.enter_context(held_at_peak(setup.optimizer, ctx.outcomes.get(p.hold_peak_of))) \
             if p.hold_peak_of else None
         trace, clip, skip = _run(ctx, p, setup, peak_ratio, lambda t: _worth_extending(t, ctx, p))
-    return _summarise(trace, setup.model, clip, skip, ctx, p)
+    return _over_the_same_steps(ctx, p, _summarise(trace, setup.model, clip, skip, ctx, p))
+
+
+def _over_the_same_steps(ctx: Context, p: ReplayParams, outcome: "ReplayOutcome") -> "ReplayOutcome":
+    """A fix that went on past the length of the run it is paired with (`extend_to`) is verified against
+    that run replayed as long, once per reference and length: an end at step 120 set against the
+    reference's end at step 40 credits the fix with 80 steps of training the reference never had (a run
+    still warming up gains most of all)."""
+    reference = ctx.outcomes.get(p.against) if p.against else None
+    reference_params = ctx.params.get(p.against) if p.against else None
+    if (reference is None or not isinstance(reference_params, ReplayParams) or not reference.finite
+            or outcome.steps_run <= reference.steps_run):
+        return outcome
+
+    def longer() -> ReplayOutcome:
+        ctx.session.restore()
+        return measure(ctx, reference_params.model_copy(update={"steps": outcome.steps_run, "extend_to": 0}))
+
+    extended = ctx.session.memoised(f"replay {p.against} over {outcome.steps_run} steps", longer)
+    return outcome.model_copy(update=verification(
+        finite=outcome.finite, loss_start=outcome.loss_start, loss_end=outcome.loss_end, reference=extended,
+        against=p.against, levels=loss_levels(ctx.session), margin=p.margin, level_margin=p.level_margin))
 
 
 def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
