@@ -157,3 +157,59 @@ def test_a_fix_extended_past_the_run_is_compared_over_the_same_steps():
     unchanged = REPLAY.measure(ctx, ReplayParams(steps=40, extend_to=120, against="baseline", wd_scale=1.0))
     assert unchanged.steps_run == 120 and unchanged.reference_steps == 120
     assert unchanged.improvement == pytest.approx(1.0) and not unchanged.fix_works
+
+
+def sign_error() -> triage.Setup:
+    """Cross-entropy plus a weight-norm term meant as a penalty, subtracted by mistake: the loss goes below
+    zero and keeps falling as the weights grow."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+
+    def loss_fn(model, batch):
+        penalty = sum(p.pow(2).sum() for p in model.parameters())
+        return cross_entropy(model, batch) - 0.1 * penalty  # the bug: + was meant
+
+    return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05), loss_fn=loss_fn,
+                        batches=digits(16))
+
+
+def test_a_loss_below_its_floor_is_a_symptom_not_a_fix(tmp_path):
+    """Issue 20, situation 10: a loss that goes negative and keeps falling got a root cause whose candidate
+    'worked' by ending below its own start."""
+    path, _ = _stock_run_plain(sign_error, tmp_path, 30)
+    report, _ = triage.run(sign_error, path, out=tmp_path / "report")
+    assert report.root_cause == "wrong_loss" and "below" in report.title.lower(), (report.root_cause, report.title)
+
+
+def test_the_floor_of_standard_losses_is_measured_as_zero():
+    from tests._instrument_runs import classifier_setup, session_of
+    from triage.experiments.levels import loss_levels
+
+    assert loss_levels(session_of(classifier_setup)).floor == 0.0
+
+    def gaussian_nll():
+        torch.manual_seed(0)
+        model = nn.Linear(64, 2)  # mean and log-variance
+
+        def loss_fn(model, batch):
+            x, y = batch
+            mean, log_var = model(x).unbind(-1)
+            return nn.functional.gaussian_nll_loss(mean, y.float(), log_var.exp())
+
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.01), loss_fn=loss_fn,
+                            batches=digits(4))
+
+    assert loss_levels(session_of(gaussian_nll)).floor is None  # negative by nature: no floor claimed
+
+
+def _stock_run_plain(make, tmp_path, steps: int):
+    torch.manual_seed(0)
+    setup, losses = make(), []
+    for step in range(steps):
+        setup.optimizer.zero_grad()
+        loss = setup.loss_fn(setup.model, setup.batches[step % len(setup.batches)])
+        loss.backward()
+        setup.optimizer.step()
+        losses.append(loss.item())
+    return triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, step=steps,
+                                  history=losses), losses

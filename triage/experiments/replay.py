@@ -129,6 +129,12 @@ class ReplayOutcome(VerifiedFix):
                                   "(label entropy, target variance), else ln K.")
     level_ratio: Optional[float] = Field(
         default=None, description="loss_end / nothing_level: ~1 is a run that learned nothing.")
+    loss_floor: Optional[float] = Field(
+        default=None, description="The least this loss can score (0 for cross-entropy, MSE, BCE, ...), where "
+                                  "measured: its value on a perfect prediction.")
+    below_floor: bool = Field(default=False, description="The loss went below its floor: a symptom (a term with "
+                                                         "the wrong sign), never a fix.",
+                              json_schema_extra={"ranks": "any"})
 
 
 @dataclass
@@ -164,6 +170,7 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
     """The replay from the restored snapshot, verified against `p.against` when it names one. `loss_fn`,
     when given, trains in place of the run's own (for an experiment that replays on another loss)."""
     session = ctx.session
+    loss_levels(session)  # measured (once) at the checkpoint's weights, before this replay moves them
     setup = session.setup if p.init == "checkpoint" else session.fresh_setup()
     if loss_fn is not None:
         setup = setup.model_copy(update={"loss_fn": loss_fn})
@@ -343,7 +350,8 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
     return ReplayOutcome(
         **verification(finite=finite, loss_start=start, loss_end=end, reference=ctx.outcomes.get(p.against),
                        against=p.against, levels=levels, margin=p.margin, level_margin=p.level_margin),
-        nothing_level=nothing,
+        nothing_level=nothing, loss_floor=levels.floor,
+        below_floor=levels.below_floor(min(finite_losses) if finite_losses else None),
         level_ratio=end / nothing if end is not None and nothing and nothing > 0 and finite else None,
         steps_run=len(t.losses), losses=t.losses, grad_norms=t.norms, lrs=t.lrs,
         val_steps=t.val_steps, val_losses=t.val_losses, skipped=skipped,
