@@ -213,3 +213,34 @@ def _stock_run_plain(make, tmp_path, steps: int):
         losses.append(loss.item())
     return triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, step=steps,
                                   history=losses), losses
+
+
+def test_a_negative_loss_that_rises_is_not_a_run_that_trains():
+    """Issue 20, situation 11: a policy-gradient surrogate (minus the mean reward) rising from -0.41 to
+    -0.17 was `healthy`: the loss ratio was left undefined for negative losses."""
+    from triage.experiments.replay import _ratio
+
+    assert _ratio(-0.41, -0.17) == pytest.approx(1 + 0.24 / 0.41)  # a rise: above 1, as a positive loss's would be
+    assert _ratio(-0.41, -0.6) < 1 and _ratio(2.0, 1.0) == 0.5 and _ratio(0.0, 1.0) is None
+
+
+
+def test_the_data_guards_copy_is_not_taken_for_the_loss_reading_every_tensor():
+    """Token inputs and class labels, both integer: the guard copies both before the loss runs, yet only the
+    labels are what the loss itself reads."""
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.labels import LABEL_CHECK
+
+    def tokens() -> triage.Setup:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Embedding(16, 8), nn.Flatten(), nn.Linear(8 * 6, 3))
+        g = torch.Generator().manual_seed(0)
+        batches = [(torch.randint(0, 16, (32, 6), generator=g), torch.randint(0, 3, (32,), generator=g))
+                   for _ in range(4)]
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                            loss_fn=cross_entropy, batches=batches)
+
+    session = session_of(tokens)
+    assert session.data_guard is not None
+    outcome = run(LABEL_CHECK, session)
+    assert (outcome.target, outcome.target_ambiguous, outcome.num_classes) == ("[1]", False, 3)

@@ -107,7 +107,10 @@ class ReplayOutcome(VerifiedFix):
     truncated: bool = Field(default=False, description="Stopped early by the time budget.")
     loss_start: Optional[float] = Field(default=None, description="Median loss of the first fifth of steps.")
     loss_end: Optional[float] = Field(default=None, description="Median loss of the last fifth of steps.")
-    loss_ratio: Optional[float] = Field(default=None, description="loss_end / loss_start (positive losses).")
+    loss_ratio: Optional[float] = Field(
+        default=None, description="loss_end / loss_start for a positive loss; for a negative one (a policy-gradient "
+                                  "surrogate, a log-likelihood) 1 + (loss_end - loss_start) / |loss_start|, so that "
+                                  "above 1 is always a rise and below 1 a fall, by the same share of its size.")
     loss_min: Optional[float] = None
     loss_max: Optional[float] = None
     log_slope: Optional[float] = Field(default=None, description="Slope of ln(loss) per step.")
@@ -359,9 +362,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         first_nonfinite_step=t.first_bad, truncated=t.truncated, first_nonfinite_ranks=t.first_bad_ranks,
         rank_loss_end=[start_end(list(column))[1] for column in zip(*t.rank_losses)],
         loss_start=start, loss_end=end,
-        # A ratio means "how much lower" only for a positive loss; a negative one (an NLL on raw
-        # scores, say) is read through loss_min instead.
-        loss_ratio=end / start if start and start > 0 and end is not None and t.first_bad is None else None,
+        loss_ratio=_ratio(start, end) if t.first_bad is None else None,
         loss_min=min(finite_losses) if finite_losses else None,
         loss_max=max(finite_losses) if finite_losses else None,
         log_slope=_log_slope(finite_losses),
@@ -377,6 +378,14 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         val_start=t.val_losses[0] if t.val_losses else None,
         val_end=t.val_losses[-1] if t.val_losses else None,
     )
+
+
+def _ratio(start: Optional[float], end: Optional[float]) -> Optional[float]:
+    """How much the loss moved, as a share of its start: end / start where the start is positive, the same
+    share of its size where it is negative (-0.41 -> -0.17 is a rise by 59%: 1.59)."""
+    if start is None or end is None or start == 0:
+        return None
+    return end / start if start > 0 else 1 + (end - start) / abs(start)
 
 
 def _log_slope(losses: list[float]) -> Optional[float]:
