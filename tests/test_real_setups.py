@@ -244,3 +244,66 @@ def test_the_data_guards_copy_is_not_taken_for_the_loss_reading_every_tensor():
     assert session.data_guard is not None
     outcome = run(LABEL_CHECK, session)
     assert (outcome.target, outcome.target_ambiguous, outcome.num_classes) == ("[1]", False, 3)
+
+
+def _flow(factory):
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.gradient_flow import GRADIENT_FLOW
+
+    return run(GRADIENT_FLOW, session_of(factory))
+
+
+def probe(declared: tuple[str, ...]):
+    def make() -> triage.Setup:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+        for p in model[0].parameters():
+            p.requires_grad_(False)  # a linear probe on a fixed body
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model[2].parameters(), lr=0.1),
+                            loss_fn=cross_entropy, batches=digits(4), frozen_by_design=declared)
+    return make
+
+
+def test_a_declared_probe_body_is_frozen_by_design_not_frozen():
+    declared, undeclared = _flow(probe(("0",))), _flow(probe(()))
+    assert declared.by_design == ["0.weight", "0.bias"] and declared.frozen == [] and declared.frozen_fraction == 0
+    assert declared.by_design_fraction > 0.5
+    assert undeclared.frozen == ["0.weight", "0.bias"] and undeclared.frozen_fraction > 0.5  # still a suspect
+
+
+def test_a_lora_base_is_frozen_by_design():
+    """Issue 20, situation 5: a LoRA run that plateaued got frozen_parameters, high, "set requires_grad=True"."""
+    peft = pytest.importorskip("peft", reason="the peft extra is not installed")
+
+    def lora() -> triage.Setup:
+        torch.manual_seed(0)
+        base = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+        model = peft.get_peft_model(base, peft.LoraConfig(r=1, lora_alpha=1, target_modules=["0", "2"]))
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        return triage.Setup(model=model, optimizer=torch.optim.AdamW(trainable, lr=1e-3), loss_fn=cross_entropy,
+                            batches=digits(4))
+
+    flow = _flow(lora)
+    assert flow.peft and flow.frozen == [] and flow.frozen_fraction == 0 and flow.not_in_optimizer == []
+    assert flow.by_design_fraction > 0.9 and all("lora_" not in name for name in flow.by_design)
+
+
+def lora_too_small() -> triage.Setup:
+    """LoRA (r=1, alpha=1: a scale of 1) on a randomly initialised base: the adapters are too small to move
+    the output, and the loss sits near chance."""
+    peft = pytest.importorskip("peft", reason="the peft extra is not installed")
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    model = peft.get_peft_model(base, peft.LoraConfig(r=1, lora_alpha=1, target_modules=["0", "2"]))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return triage.Setup(model=model, optimizer=torch.optim.AdamW(trainable, lr=1e-4), loss_fn=cross_entropy,
+                        batches=digits(16))
+
+
+def test_a_stalled_lora_run_is_never_told_to_unfreeze_its_base(tmp_path):
+    pytest.importorskip("peft", reason="the peft extra is not installed")
+    path, _ = _stock_run_plain(lora_too_small, tmp_path, 40)
+    report, _ = triage.run(lora_too_small, path, out=tmp_path / "report")
+    assert report.root_cause != "frozen_parameters", (report.root_cause, report.title)
+    unfreeze = report.experiment("unfreeze")
+    assert unfreeze is None, "unfreezing a PEFT base is not a candidate fix"
