@@ -307,3 +307,27 @@ def test_a_stalled_lora_run_is_never_told_to_unfreeze_its_base(tmp_path):
     assert report.root_cause != "frozen_parameters", (report.root_cause, report.title)
     unfreeze = report.experiment("unfreeze")
     assert unfreeze is None, "unfreezing a PEFT base is not a candidate fix"
+
+
+def edited_lr() -> triage.Setup:
+    """setup() builds lr 3.0 (edited by the user to reproduce a fault); the checkpoint's optimizer holds 0.05."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=3.0), loss_fn=cross_entropy,
+                        batches=digits(16))
+
+
+def test_setup_and_checkpoint_disagreeing_is_said_with_both_values(tmp_path):
+    """Issue 20, situation 6: load_state_dict restored 0.05 and triage replayed it without a word."""
+    from triage.verdict import verdict_lines
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    path = triage.save_checkpoint(tmp_path / "ckpt.pt", model, optimizer, step=10)
+    report, files = triage.run(edited_lr, path, out=tmp_path / "report")
+    finding = next(f for f in report.findings if f.id == "setup_checkpoint_disagree")
+    assert "lr: setup() 3, checkpoint 0.05" in finding.text and "use the checkpoint's" in finding.text
+    assert ("Note", finding.text) in verdict_lines(report)
+    assert "lr: setup() 3, checkpoint 0.05" in (tmp_path / "report" / "summary.md").read_text()
+    assert report.experiment("baseline").outcome["lrs"][0] == pytest.approx(0.05)  # what the replay used
