@@ -331,3 +331,29 @@ def test_setup_and_checkpoint_disagreeing_is_said_with_both_values(tmp_path):
     assert ("Note", finding.text) in verdict_lines(report)
     assert "lr: setup() 3, checkpoint 0.05" in (tmp_path / "report" / "summary.md").read_text()
     assert report.experiment("baseline").outcome["lrs"][0] == pytest.approx(0.05)  # what the replay used
+
+
+def raw_units_fp16() -> triage.Setup:
+    """Digits in raw units (pixel x 1e4: up to 1.6e5) under fp16 autocast, PyTorch's default init: the first
+    Linear overflows fp16's 65504 at once."""
+    from sklearn.datasets import load_digits
+
+    torch.manual_seed(0)
+    x, y = load_digits(return_X_y=True)
+    x, y = torch.tensor(x, dtype=torch.float32) * 1e4, torch.tensor(y)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-3), loss_fn=cross_entropy,
+                        batches=[(x[i:i + 64], y[i:i + 64]) for i in range(0, 64 * 16, 64)], precision="fp16")
+
+
+def test_raw_units_under_fp16_are_never_called_a_custom_init_or_an_eps(tmp_path):
+    """Issue 20, situation 3: bad_initialization, high, "instead of the custom one", on PyTorch's default init;
+    and "add an eps" for an overflow (this run got the latter before)."""
+    torch.manual_seed(0)
+    setup = raw_units_fp16()
+    path = triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, step=0)
+    report, _ = triage.run(raw_units_fp16, path, out=tmp_path / "report")
+    assert report.root_cause != "bad_initialization" or "setup()'s init is PyTorch's default" in report.fix
+    assert "custom" not in report.fix and "eps," not in report.fix, report.fix
+    init = report.experiment("init").outcome
+    assert init["setup_init_is_default"] is True

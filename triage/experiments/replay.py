@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 
 from triage.batches import first_examples
 from triage.contract import Precision
-from triage.experiments.base import Context, Experiment, Params
+from triage.experiments.base import Context, Experiment, NotApplicable, Params
 from triage.experiments.inits import InitKind, apply_init
 from triage.experiments.dead_units import find_dead_units, revive
 from triage.experiments.interventions import held_at_peak, swap_saturating, unfrozen, unsquashed
@@ -307,14 +307,14 @@ def _suggested_ratio(ctx: Context, node: Optional[str]) -> float:
         return 1.0
     ratio = getattr(ctx.outcomes.get(node), "suggested_ratio", None)
     if not ratio or ratio <= 0:
-        raise ValueError(f"node '{node}' measured no suggested_ratio to scale the lr by")
+        raise NotApplicable(f"node '{node}' measured no suggested_ratio to scale the lr by")
     return float(ratio)
 
 
 def _typical_norm(ctx: Context, node: str) -> float:
     norm = getattr(ctx.outcomes.get(node), "grad_norm_start", None)
     if not norm or not math.isfinite(norm) or norm <= 0:
-        raise ValueError(f"node '{node}' measured no typical gradient norm to clip at")
+        raise NotApplicable(f"node '{node}' measured no typical gradient norm to clip at")
     return float(norm)
 
 
