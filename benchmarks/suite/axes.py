@@ -1,0 +1,177 @@
+"""The held-out axes and kinds of run asked for by issues 20 (item 9) and 21 (item 7), measured blind.
+
+Every case here is in the `blind` split: nobody tunes triage on it. A case is a `CaseSpec` whose
+`variant` names the axis value ("sched_onecycle", "probe_rg", ...) on an existing family, or a spec of
+one of the new families (families.BLIND_FAMILIES) with no variant (axis "heads", "self_loss", "peft").
+
+| axis | what varies | causes |
+| --- | --- | --- |
+| schedule | constant, LinearLR->cosine (SequentialLR), LambdaLR warmup closure, cosine, OneCycleLR, ReduceLROnPlateau | healthy, lr_too_high, lr_too_low, frozen_parameters |
+| frozen_by_design | a linear probe on a pretrained backbone: requires_grad_(False) / head-only optimizer | healthy; lr_too_low, lr_too_high |
+| raw_fp16 | raw-unit features (1e5 + 5e4 z) after which a LayerNorm sits; fp16 / bf16 / fp16 on standardised | fp16_overflow, healthy |
+| heads | multi-label BCE, Huber regression, label smoothing 0.1 | healthy, lr_too_high, lr_too_low, frozen_parameters, bad_initialization |
+| self_loss | model(**batch).loss, padded, -100 labels | healthy, lr_too_high, lr_too_low, frozen_parameters |
+| peft | peft LoRA on a tiny GPT-2 pretrained in code | healthy, lr_too_high, lr_too_low |
+| loops | the run's own step: manual SGD (no optimizer), two optimizers, LBFGS closure, accumulation (fp32, fp16 + GradScaler), StepLR per epoch | healthy and one or two faults each |
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from suite.config import RunConfig, Schedule
+from suite.faults import HEALTHY, INJECTIONS, Fault, _data, _model, baseline, healthy
+from suite.loop import Knobs
+from suite.symptoms import DIVERGENCE, NO_LEARNING
+
+SCHEDULE_TOTAL, SCHEDULE_WARMUP = 300, 20
+
+SCHEDULES = {
+    "sched_constant": None,
+    "sched_linear_warmup": Schedule("linear_warmup", warmup=SCHEDULE_WARMUP, total=SCHEDULE_TOTAL),
+    "sched_lambda_warmup": Schedule("lambda_warmup", warmup=SCHEDULE_WARMUP, total=SCHEDULE_TOTAL),
+    "sched_cosine": Schedule("cosine", total=SCHEDULE_TOTAL),
+    "sched_onecycle": Schedule("onecycle", warmup=SCHEDULE_WARMUP, total=SCHEDULE_TOTAL),
+    "sched_plateau": Schedule("plateau", total=SCHEDULE_TOTAL),
+}
+
+# axis -> its variants (on existing families); new families carry their axis by name.
+AXIS_VARIANTS = {
+    "schedule": tuple(SCHEDULES),
+    "frozen_by_design": ("probe_rg", "probe_opt"),
+    "raw_fp16": ("raw_fp16", "raw_bf16", "std_fp16"),
+    "loops": ("loop_manual", "loop_two_opt", "loop_lbfgs", "loop_accum", "loop_accum_fp16", "loop_epoch_sched"),
+}
+FAMILY_AXIS = {"multilabel": "heads", "huber_regressor": "heads", "smoothed_classifier": "heads",
+               "self_loss_lm": "self_loss", "peft_lm": "peft"}
+AXES = tuple(AXIS_VARIANTS) + ("heads", "self_loss", "peft")
+VARIANT_AXIS = {v: axis for axis, variants in AXIS_VARIANTS.items() for v in variants}
+
+
+def axis_of(family: str, variant: str) -> str:
+    return VARIANT_AXIS[variant] if variant else FAMILY_AXIS[family]
+
+
+def axis_grid() -> list[tuple[str, str, str, str, int, str]]:
+    """(cause, family, optimizer, severity, seed, variant) of every blind case."""
+    grid = []
+    both = ("sgd", "adamw")
+    for variant in AXIS_VARIANTS["schedule"]:
+        for family in ("mlp", "tabular_regressor"):
+            for opt in both:
+                grid += [(HEALTHY, family, opt, "mild", 0, variant), ("lr_too_high", family, opt, "severe", 0, variant),
+                         ("lr_too_low", family, opt, "mild", 0, variant),
+                         ("frozen_parameters", family, opt, "mild", 0, variant)]
+    for family in ("mlp", "cnn_bn", "resnet", "tabular_regressor", "binary_classifier"):
+        for opt in both:
+            grid += [(HEALTHY, family, opt, "mild", 0, "probe_rg"), (HEALTHY, family, opt, "mild", 0, "probe_opt")]
+    for family in ("mlp", "tabular_regressor"):
+        for opt in both:
+            grid += [("lr_too_low", family, opt, "mild", 0, "probe_opt"), ("lr_too_high", family, opt, "severe", 0, "probe_rg")]
+    for family in ("mlp", "tabular_regressor", "binary_classifier"):
+        for opt in both:
+            grid += [("fp16_overflow", family, opt, "mild", 0, "raw_fp16"), (HEALTHY, family, opt, "mild", 0, "raw_bf16"),
+                     (HEALTHY, family, opt, "mild", 0, "std_fp16")]
+    for family in ("multilabel", "huber_regressor", "smoothed_classifier", "self_loss_lm"):
+        for opt in both:
+            grid += [(HEALTHY, family, opt, "mild", 0, ""), (HEALTHY, family, opt, "severe", 1, ""),
+                     ("lr_too_high", family, opt, "severe", 0, ""), ("lr_too_low", family, opt, "mild", 0, ""),
+                     ("frozen_parameters", family, opt, "mild", 0, "")]
+            if family != "self_loss_lm":
+                grid.append(("bad_initialization", family, opt, "severe", 0, ""))
+    for opt in both:
+        grid += [(HEALTHY, "peft_lm", opt, "mild", 0, ""), (HEALTHY, "peft_lm", opt, "mild", 1, ""),
+                 ("lr_too_high", "peft_lm", opt, "severe", 0, ""), ("lr_too_low", "peft_lm", opt, "mild", 0, "")]
+    for family in ("mlp", "tabular_regressor"):
+        grid += [(HEALTHY, family, "sgd", "mild", 0, "loop_manual"), ("lr_too_high", family, "sgd", "severe", 0, "loop_manual"),
+                 ("lr_too_low", family, "sgd", "mild", 0, "loop_manual"),
+                 (HEALTHY, family, "lbfgs", "mild", 0, "loop_lbfgs"), ("lr_too_low", family, "lbfgs", "mild", 0, "loop_lbfgs")]
+        for opt in both:
+            grid += [(HEALTHY, family, opt, "mild", 0, "loop_two_opt"), ("lr_too_high", family, opt, "severe", 0, "loop_two_opt"),
+                     (HEALTHY, family, opt, "mild", 0, "loop_accum"), ("lr_too_low", family, opt, "mild", 0, "loop_accum"),
+                     (HEALTHY, family, opt, "mild", 0, "loop_accum_fp16"),
+                     (HEALTHY, family, opt, "mild", 0, "loop_epoch_sched"),
+                     ("lr_too_high", family, opt, "severe", 0, "loop_epoch_sched")]
+    return grid
+
+
+# --- building a blind case's Fault ------------------------------------------------------------------
+
+def build_axis_fault(cause: str, family: str, optimizer: str, severity: str, seed: int, variant: str) -> Fault:
+    base = _base(family, optimizer, seed)
+    if variant in SCHEDULES:
+        return _scheduled(cause, base, severity, SCHEDULES[variant], variant)
+    if variant in ("probe_rg", "probe_opt"):
+        return _probe(cause, base, severity, variant)
+    if variant in AXIS_VARIANTS["raw_fp16"]:
+        return _raw_units(cause, base, variant)
+    if variant in AXIS_VARIANTS["loops"]:
+        return _own_loop(cause, base, severity, variant)
+    return _plain(cause, base, severity)
+
+
+def _base(family: str, optimizer: str, seed: int) -> RunConfig:
+    if optimizer == "lbfgs":  # a full-batch-style method: lr 1 is its usual setting
+        return replace(baseline(family, "sgd", seed), optimizer="lbfgs", lr=1.0)
+    if family == "peft_lm":  # a fine-tune from a pretrained base learns fast at first: noticed early
+        return replace(baseline(family, optimizer, seed), checkpoint_step=3)
+    return baseline(family, optimizer, seed)
+
+
+def _plain(cause: str, base: RunConfig, severity: str) -> Fault:
+    if cause == HEALTHY:
+        return healthy(base, "plain" if severity == "mild" else "small_batch")
+    return INJECTIONS[cause](base, severity)
+
+
+def _scheduled(cause: str, base: RunConfig, severity: str, schedule, variant: str) -> Fault:
+    """The injection on a run whose LR follows `schedule` over a 300-step plan (stepped every step;
+    ReduceLROnPlateau on the loss)."""
+    if schedule is not None:
+        base = replace(base, schedule=schedule, total_steps=SCHEDULE_TOTAL)
+    fault = _plain(cause, base, severity)
+    return replace(fault, story=f"{fault.story} [{variant}]")
+
+
+def _probe(cause: str, base: RunConfig, severity: str, variant: str) -> Fault:
+    """A linear probe: the backbone pretrained in code and frozen by design (requires_grad_(False), or
+    left out of the optimizer), a fresh head trained. Healthy, or the probe's own LR wrong."""
+    how = {"probe_rg": "probe_requires_grad", "probe_opt": "probe_optimizer"}[variant]
+    base = _model(replace(base, freeze=how), pretrained=True)
+    fault = _plain(cause, base, severity)
+    return replace(fault, story=f"{fault.story} [linear probe, backbone frozen by design: {how}]")
+
+
+def _raw_units(cause: str, base: RunConfig, variant: str) -> Fault:
+    """Features in raw units around 1e5 (1e5 + 5e4 z), a LayerNorm after the first layer (as the model's
+    owner added to cope with them): fp16 autocast overflows the first layer (fix bf16); bf16 trains;
+    fp16 on standardised features trains."""
+    raw = _model(_data(base, input_scale=5e4, raw_offset=1e5), input_norm=True)
+    if variant == "raw_fp16":
+        faulty = replace(raw, precision="fp16", checkpoint_step=0)
+        return Fault("fp16_overflow", faulty, replace(faulty, precision="bf16"), (DIVERGENCE,), "knobs", "raw-unit features (~1e5) under fp16 autocast; fix: bf16", Knobs(precision="bf16"))
+    run = replace(raw, precision="bf16") if variant == "raw_bf16" else replace(base, precision="fp16")
+    fault = healthy(run, "plain")
+    return replace(fault, story=f"healthy ({variant})")
+
+
+def _own_loop(cause: str, base: RunConfig, severity: str, variant: str) -> Fault:
+    """A correct loop of the run's own (issue 21): the fault, where there is one, is a learning rate;
+    its fix is the run with the right one, from the checkpoint (an LR knob may not reach such a loop)."""
+    loops = {"loop_manual": dict(train_step="manual_sgd", lr=base.lr * 4),
+             "loop_two_opt": dict(train_step="two_optimizers", head_lr=3e-3),
+             "loop_lbfgs": dict(train_step="lbfgs_closure"),
+             "loop_accum": dict(train_step="accumulate"),
+             "loop_accum_fp16": dict(train_step="accumulate", precision="fp16"),
+             "loop_epoch_sched": dict(schedule=Schedule("step", gamma=0.7, per_epoch=True), total_steps=240)}
+    run = replace(base, **loops[variant])
+    story = f"[{variant}]"
+    if cause == HEALTHY:
+        return replace(healthy(run, "plain"), story=f"healthy {story}")
+    if variant == "loop_two_opt":  # the head's optimizer's LR has a typo: 1000x
+        faulty = replace(run, head_lr=run.head_lr * 1000, checkpoint_step=0)
+        return Fault(cause, faulty, run, (DIVERGENCE, NO_LEARNING), "checkpoint",
+                     f"the head's optimizer at lr {faulty.head_lr:g} {story}")
+    fault = INJECTIONS[cause](run, severity)
+    return replace(fault, fix_from="checkpoint", story=f"{fault.story} {story}")
+
