@@ -67,7 +67,7 @@ def axis_grid() -> list[tuple[str, str, str, str, int, str]]:
             grid += [(HEALTHY, family, opt, "mild", 0, "probe_rg"), (HEALTHY, family, opt, "mild", 0, "probe_opt")]
     for family in ("mlp", "tabular_regressor"):
         for opt in both:
-            grid += [("lr_too_low", family, opt, "mild", 0, "probe_opt"), ("lr_too_high", family, opt, "severe", 0, "probe_rg")]
+            grid += [("lr_too_low", family, opt, "severe", 0, "probe_opt"), ("lr_too_high", family, opt, "severe", 0, "probe_rg")]
     for family in ("mlp", "tabular_regressor", "binary_classifier"):
         for opt in both:
             grid += [("fp16_overflow", family, opt, "mild", 0, "raw_fp16"), (HEALTHY, family, opt, "mild", 0, "raw_bf16"),
@@ -156,8 +156,10 @@ def _raw_units(cause: str, base: RunConfig, variant: str) -> Fault:
 
 
 def _own_loop(cause: str, base: RunConfig, severity: str, variant: str) -> Fault:
-    """A correct loop of the run's own (issue 21): the fault, where there is one, is a learning rate;
-    its fix is the run with the right one, from the checkpoint (an LR knob may not reach such a loop)."""
+    """A correct loop of the run's own (issue 21): the fault, where there is one, is a learning rate.
+    Its fix is the LR knob where the loop's LR lives in the Setup's optimizer (it reaches the loop
+    through the param groups); for the hand-written update (no optimizer object) and the head's own
+    optimizer, the run with the right LR from the checkpoint (no knob reaches those)."""
     loops = {"loop_manual": dict(train_step="manual_sgd", lr=base.lr * 4),
              "loop_two_opt": dict(train_step="two_optimizers", head_lr=3e-3),
              "loop_lbfgs": dict(train_step="lbfgs_closure"),
@@ -173,5 +175,7 @@ def _own_loop(cause: str, base: RunConfig, severity: str, variant: str) -> Fault
         return Fault(cause, faulty, run, (DIVERGENCE, NO_LEARNING), "checkpoint",
                      f"the head's optimizer at lr {faulty.head_lr:g} {story}")
     fault = INJECTIONS[cause](run, severity)
-    return replace(fault, fix_from="checkpoint", story=f"{fault.story} {story}")
+    if variant == "loop_manual":
+        fault = replace(fault, fix_from="checkpoint")
+    return replace(fault, story=f"{fault.story} {story}")
 
