@@ -6,7 +6,7 @@ one of the new families (families.BLIND_FAMILIES) with no variant (axis "heads",
 
 | axis | what varies | causes |
 | --- | --- | --- |
-| schedule | constant, LinearLR->cosine (SequentialLR), LambdaLR warmup closure, cosine, OneCycleLR, ReduceLROnPlateau | healthy, lr_too_high, lr_too_low, frozen_parameters |
+| schedule | constant, LinearLR->cosine (SequentialLR), LambdaLR warmup closure, cosine, OneCycleLR, ReduceLROnPlateau | healthy, lr_too_high, lr_too_low, frozen_parameters (mild and severe) |
 | frozen_by_design | a linear probe on a pretrained backbone: requires_grad_(False) / head-only optimizer | healthy; lr_too_low, lr_too_high |
 | raw_fp16 | raw-unit features (1e5 + 5e4 z) after which a LayerNorm sits; fp16 / bf16 / fp16 on standardised | fp16_overflow, healthy |
 | heads | multi-label BCE, Huber regression, label smoothing 0.1 | healthy, lr_too_high, lr_too_low, frozen_parameters, bad_initialization |
@@ -61,7 +61,8 @@ def axis_grid() -> list[tuple[str, str, str, str, int, str]]:
             for opt in both:
                 grid += [(HEALTHY, family, opt, "mild", 0, variant), ("lr_too_high", family, opt, "severe", 0, variant),
                          ("lr_too_low", family, opt, "mild", 0, variant),
-                         ("frozen_parameters", family, opt, "mild", 0, variant)]
+                         ("frozen_parameters", family, opt, "mild", 0, variant),
+                         ("frozen_parameters", family, opt, "severe", 0, variant)]  # the optimizer holds the head bias only
     for family in ("mlp", "cnn_bn", "resnet", "tabular_regressor", "binary_classifier"):
         for opt in both:
             grid += [(HEALTHY, family, opt, "mild", 0, "probe_rg"), (HEALTHY, family, opt, "mild", 0, "probe_opt")]
