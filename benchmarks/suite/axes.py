@@ -4,15 +4,7 @@ Every case here is in the `blind` split: nobody tunes triage on it. A case is a 
 `variant` names the axis value ("sched_onecycle", "probe_rg", ...) on an existing family, or a spec of
 one of the new families (families.BLIND_FAMILIES) with no variant (axis "heads", "self_loss", "peft").
 
-| axis | what varies | causes |
-| --- | --- | --- |
-| schedule | constant, LinearLR->cosine (SequentialLR), LambdaLR warmup closure, cosine, OneCycleLR, ReduceLROnPlateau | healthy, lr_too_high, lr_too_low, frozen_parameters (mild and severe) |
-| frozen_by_design | a linear probe on a pretrained backbone: requires_grad_(False) / head-only optimizer | healthy; lr_too_low, lr_too_high |
-| raw_fp16 | raw-unit features (1e5 + 5e4 z) after which a LayerNorm sits; fp16 / bf16 / fp16 on standardised | fp16_overflow, healthy |
-| heads | multi-label BCE, Huber regression, label smoothing 0.1 | healthy, lr_too_high, lr_too_low, frozen_parameters, bad_initialization |
-| self_loss | model(**batch).loss, padded, -100 labels | healthy, lr_too_high, lr_too_low, frozen_parameters |
-| peft | peft LoRA on a tiny GPT-2 pretrained in code | healthy, lr_too_high, lr_too_low |
-| loops | the run's own step: manual SGD (no optimizer), two optimizers, LBFGS closure, accumulation (fp32, fp16 + GradScaler), StepLR per epoch | healthy and one or two faults each |
+The axes, their families and causes are tabled in benchmarks/suite/README.md ("The blind split").
 """
 
 from __future__ import annotations
@@ -54,45 +46,45 @@ def axis_of(family: str, variant: str) -> str:
 
 def axis_grid() -> list[tuple[str, str, str, str, int, str]]:
     """(cause, family, optimizer, severity, seed, variant) of every blind case."""
-    grid = []
     both = ("sgd", "adamw")
-    for variant in AXIS_VARIANTS["schedule"]:
-        for family in ("mlp", "tabular_regressor"):
-            for opt in both:
-                grid += [(HEALTHY, family, opt, "mild", 0, variant), ("lr_too_high", family, opt, "severe", 0, variant),
-                         ("lr_too_low", family, opt, "mild", 0, variant),
-                         ("frozen_parameters", family, opt, "mild", 0, variant),
-                         ("frozen_parameters", family, opt, "severe", 0, variant)]  # the optimizer holds the head bias only
-    for family in ("mlp", "cnn_bn", "resnet", "tabular_regressor", "binary_classifier"):
+    grid = []
+
+    def add(families, optimizers, variant, *causes):  # causes: (cause, severity) or (cause, severity, seed)
+        grid.extend((c[0], f, o, c[1], c[2] if len(c) > 2 else 0, variant)
+                    for f in families for o in optimizers for c in causes)
+
+    two = ("mlp", "tabular_regressor")
+    for variant in AXIS_VARIANTS["schedule"]:  # frozen severe: the optimizer holds the head bias only
+        add(two, both, variant, (HEALTHY, "mild"), ("lr_too_high", "severe"), ("lr_too_low", "mild"),
+            ("frozen_parameters", "mild"), ("frozen_parameters", "severe"))
+    probed = ("mlp", "cnn_bn", "resnet", "tabular_regressor", "binary_classifier")
+    for variant in ("probe_rg", "probe_opt"):
+        add(probed, both, variant, (HEALTHY, "mild"))
+    for family in two:
         for opt in both:
-            grid += [(HEALTHY, family, opt, "mild", 0, "probe_rg"), (HEALTHY, family, opt, "mild", 0, "probe_opt")]
-    for family in ("mlp", "tabular_regressor"):
-        for opt in both:
-            grid += [("lr_too_low", family, opt, "severe", 0, "probe_opt"), ("lr_too_high", family, opt, "severe", 0, "probe_rg")]
+            add((family,), (opt,), "probe_opt", ("lr_too_low", "severe"))
+            add((family,), (opt,), "probe_rg", ("lr_too_high", "severe"))
     for family in ("mlp", "tabular_regressor", "binary_classifier"):
         for opt in both:
-            grid += [("fp16_overflow", family, opt, "mild", 0, "raw_fp16"), (HEALTHY, family, opt, "mild", 0, "raw_bf16"),
-                     (HEALTHY, family, opt, "mild", 0, "std_fp16")]
+            for variant, cause in (("raw_fp16", "fp16_overflow"), ("raw_bf16", HEALTHY), ("std_fp16", HEALTHY)):
+                add((family,), (opt,), variant, (cause, "mild"))
+    plain = ((HEALTHY, "mild"), (HEALTHY, "severe", 1), ("lr_too_high", "severe"), ("lr_too_low", "mild"),
+             ("frozen_parameters", "mild"))
     for family in ("multilabel", "huber_regressor", "smoothed_classifier", "self_loss_lm"):
         for opt in both:
-            grid += [(HEALTHY, family, opt, "mild", 0, ""), (HEALTHY, family, opt, "severe", 1, ""),
-                     ("lr_too_high", family, opt, "severe", 0, ""), ("lr_too_low", family, opt, "mild", 0, ""),
-                     ("frozen_parameters", family, opt, "mild", 0, "")]
+            add((family,), (opt,), "", *plain)
             if family != "self_loss_lm":
-                grid.append(("bad_initialization", family, opt, "severe", 0, ""))
-    for opt in both:
-        grid += [(HEALTHY, "peft_lm", opt, "mild", 0, ""), (HEALTHY, "peft_lm", opt, "mild", 1, ""),
-                 ("lr_too_high", "peft_lm", opt, "severe", 0, ""), ("lr_too_low", "peft_lm", opt, "mild", 0, "")]
-    for family in ("mlp", "tabular_regressor"):
-        grid += [(HEALTHY, family, "sgd", "mild", 0, "loop_manual"), ("lr_too_high", family, "sgd", "severe", 0, "loop_manual"),
-                 ("lr_too_low", family, "sgd", "mild", 0, "loop_manual"),
-                 (HEALTHY, family, "lbfgs", "mild", 0, "loop_lbfgs"), ("lr_too_low", family, "lbfgs", "mild", 0, "loop_lbfgs")]
+                add((family,), (opt,), "", ("bad_initialization", "severe"))
+    add(("peft_lm",), both, "", (HEALTHY, "mild"), (HEALTHY, "mild", 1), ("lr_too_high", "severe"),
+        ("lr_too_low", "mild"))
+    for family in two:
+        add((family,), ("sgd",), "loop_manual", (HEALTHY, "mild"), ("lr_too_high", "severe"), ("lr_too_low", "mild"))
+        add((family,), ("lbfgs",), "loop_lbfgs", (HEALTHY, "mild"), ("lr_too_low", "mild"))
         for opt in both:
-            grid += [(HEALTHY, family, opt, "mild", 0, "loop_two_opt"), ("lr_too_high", family, opt, "severe", 0, "loop_two_opt"),
-                     (HEALTHY, family, opt, "mild", 0, "loop_accum"), ("lr_too_low", family, opt, "mild", 0, "loop_accum"),
-                     (HEALTHY, family, opt, "mild", 0, "loop_accum_fp16"),
-                     (HEALTHY, family, opt, "mild", 0, "loop_epoch_sched"),
-                     ("lr_too_high", family, opt, "severe", 0, "loop_epoch_sched")]
+            add((family,), (opt,), "loop_two_opt", (HEALTHY, "mild"), ("lr_too_high", "severe"))
+            add((family,), (opt,), "loop_accum", (HEALTHY, "mild"), ("lr_too_low", "mild"))
+            add((family,), (opt,), "loop_accum_fp16", (HEALTHY, "mild"))
+            add((family,), (opt,), "loop_epoch_sched", (HEALTHY, "mild"), ("lr_too_high", "severe"))
     return grid
 
 
@@ -150,7 +142,8 @@ def _raw_units(cause: str, base: RunConfig, variant: str) -> Fault:
     raw = _model(_data(base, input_scale=5e4, raw_offset=1e5), input_norm=True)
     if variant == "raw_fp16":
         faulty = replace(raw, precision="fp16", checkpoint_step=0)
-        return Fault("fp16_overflow", faulty, replace(faulty, precision="bf16"), (DIVERGENCE,), "knobs", "raw-unit features (~1e5) under fp16 autocast; fix: bf16", Knobs(precision="bf16"))
+        return Fault("fp16_overflow", faulty, replace(faulty, precision="bf16"), (DIVERGENCE,), "knobs",
+                     "raw-unit features (~1e5) under fp16 autocast; fix: bf16", Knobs(precision="bf16"))
     run = replace(raw, precision="bf16") if variant == "raw_bf16" else replace(base, precision="fp16")
     fault = healthy(run, "plain")
     return replace(fault, story=f"healthy ({variant})")

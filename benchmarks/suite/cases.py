@@ -30,7 +30,7 @@ from suite.loop import train, val_loss
 LOFO_FAMILIES = ("rnn", "binary_classifier")
 HEALTHY_SEEDS = (0, 1)
 SPLITS = ("tune", "heldout", "lofo")      # the grid `--split all` covers
-BLIND_SPLIT = "blind"                      # the axes and kinds of issues 20/21 (suite.axes): measured blind, never tuned on
+BLIND_SPLIT = "blind"                      # issues 20/21's axes and kinds (suite.axes): measured blind, never tuned on
 
 
 @dataclass(frozen=True)
