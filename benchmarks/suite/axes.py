@@ -25,6 +25,10 @@ SCHEDULES = {
     "sched_cosine": Schedule("cosine", total=SCHEDULE_TOTAL),
     "sched_onecycle": Schedule("onecycle", warmup=SCHEDULE_WARMUP, total=SCHEDULE_TOTAL),
     "sched_plateau": Schedule("plateau", total=SCHEDULE_TOTAL),
+    # added after the first six were measured (still blind: triage unchanged): issue 20's other schedulers
+    "sched_hf_linear": Schedule("hf_linear_warmup", warmup=SCHEDULE_WARMUP, total=SCHEDULE_TOTAL),
+    "sched_warm_restarts": Schedule("warm_restarts", total=SCHEDULE_TOTAL),
+    "sched_chained": Schedule("chained", warmup=SCHEDULE_WARMUP, total=SCHEDULE_TOTAL),
 }
 
 # axis -> its variants (on existing families); new families carry their axis by name.

@@ -63,7 +63,9 @@ class Schedule:
     kind: str                                  # "exponential" | "warmup_cosine" | the schedule axis's:
                                                # "linear_warmup" (SequentialLR: LinearLR -> cosine),
                                                # "lambda_warmup" (LambdaLR closure), "cosine", "onecycle",
-                                               # "plateau" (ReduceLROnPlateau on the loss), "step"
+                                               # "plateau" (ReduceLROnPlateau on the loss), "step",
+                                               # "hf_linear_warmup" (transformers), "warm_restarts"
+                                               # (CosineAnnealingWarmRestarts), "chained" (ChainedScheduler)
     gamma: float = 1.0
     warmup: int = 0
     total: int = 0

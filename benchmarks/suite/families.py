@@ -298,6 +298,14 @@ def _axis_scheduler(schedule: Schedule, optimizer: torch.optim.Optimizer):
                                 pct_start=warmup / total)
     if schedule.kind == "plateau":
         return sched.ReduceLROnPlateau(optimizer, factor=0.5, patience=10)
+    if schedule.kind == "hf_linear_warmup":  # transformers' own: a LambdaLR over a functools.partial
+        from transformers import get_linear_schedule_with_warmup
+        return get_linear_schedule_with_warmup(optimizer, num_warmup_steps=warmup, num_training_steps=total)
+    if schedule.kind == "warm_restarts":
+        return sched.CosineAnnealingWarmRestarts(optimizer, T_0=50)
+    if schedule.kind == "chained":
+        return sched.ChainedScheduler([sched.LinearLR(optimizer, start_factor=0.01, total_iters=warmup),
+                                       sched.ExponentialLR(optimizer, gamma=0.999)])
     if schedule.kind == "step":
         return sched.StepLR(optimizer, step_size=1, gamma=schedule.gamma)
     raise ValueError(f"unknown schedule {schedule.kind!r}")
