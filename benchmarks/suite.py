@@ -46,8 +46,8 @@ def main() -> None:
     parser.add_argument("--no-triage", action="store_true", help="generate and validate only")
     args = parser.parse_args()
 
-    if args.axis:
-        args.split = BLIND_SPLIT
+    if args.axis or (args.family and set(args.family) <= set(BLIND_FAMILY_NAMES)):
+        args.split = BLIND_SPLIT  # the blind axes and families live in that split only
     if args.split == BLIND_SPLIT and args.sample:
         parser.error("--sample ci draws from the tuned grid; the blind split has no CI sample")
     pool = blind_cases() if args.split == BLIND_SPLIT else all_cases()
