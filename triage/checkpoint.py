@@ -257,11 +257,13 @@ def _read_hf_folder(folder: Path, trusted: bool) -> Checkpoint:
     )
 
 
-def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
-    """Load `state` into `model`, tolerating a wrapper prefix ('model.', 'module.') and keys left out
-    because they are tied to a key that is present (triage/ties.py)."""
+def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor], path: Path) -> list[str]:
+    """Load `state` into `model`, mapping wrapper prefixes both ways (`_orig_mod.` of torch.compile,
+    `module.` of DataParallel/DDP, a Lightning module's `model.`) and filling keys left out because they are
+    tied to a key that is present (triage/ties.py). Returns what was mapped, in words (empty: nothing)."""
     expected = set(model.state_dict())
-    state, _ = fill_tied_keys(model, _strip_prefix(state, expected))
+    state, notes = _match_prefixes(state, expected)
+    state, _ = fill_tied_keys(model, state)
     missing = sorted(expected - set(state))
     unexpected = sorted(set(state) - expected)
     if missing or unexpected:
@@ -287,16 +289,53 @@ def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor], pat
             f"Expected the checkpoint '{path}' tensors to have the model's shapes, found a "
             f"mismatch: {_first_line(exc)}. Check that setup() builds the same sizes the run used."
         ) from exc
+    return notes
 
 
-def _strip_prefix(state: dict[str, Any], expected: set[str]) -> dict[str, Any]:
-    if set(state) & expected or not state:
-        return state
-    for prefix in ("model.", "module.", "_orig_mod.", "model.module."):
-        stripped = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-        if stripped and set(stripped) & expected:
-            return stripped
-    return state
+# What wraps a model and prefixes every key of its state_dict: torch.compile, DataParallel/DDP.
+_WRAPPERS = {"_orig_mod.": "torch.compile", "module.": "DataParallel/DDP"}
+
+
+def _match_prefixes(state: dict[str, Any], expected: set[str]) -> tuple[dict[str, Any], list[str]]:
+    """`state` with its keys' wrapper prefixes replaced by the model's: a compiled or wrapped model's
+    checkpoint loads into a plain model, and a plain checkpoint into a compiled or wrapped one."""
+    if not state or not expected or set(state) & expected:
+        return state, []
+    saved_prefix, own_prefix = _wrapper_prefix(state), _wrapper_prefix(expected)
+    bare = {k[len(saved_prefix):]: v for k, v in state.items()}
+    own_bare = {k[len(own_prefix):] for k in expected}
+    if not set(bare) & own_bare:  # a Lightning module's `self.model`: keys of the other attributes left out
+        for prefix in ("model.", "model.module."):
+            stripped = {k[len(prefix):]: v for k, v in bare.items() if k.startswith(prefix)}
+            if set(stripped) & own_bare:
+                bare, saved_prefix = stripped, saved_prefix + prefix
+                break
+    if not set(bare) & own_bare:
+        return state, []
+    mapped = {own_prefix + k: v for k, v in bare.items()}
+    wrapped = [f"'{p}' ({_WRAPPERS[p]})" for p in _split(saved_prefix) if p in _WRAPPERS]
+    wanted = [f"'{p}' ({_WRAPPERS[p]})" for p in _split(own_prefix)]
+    if not wrapped and not wanted:
+        return mapped, []  # `model.` alone: a framework's attribute name, not a wrapper
+    said = (f"the checkpoint's {len(state)} model keys start with {' then '.join(wrapped) or 'no wrapper prefix'} "
+            f"and the model setup() built expects {' then '.join(wanted) or 'none'}: each key was mapped "
+            f"(e.g. '{next(iter(state))}' -> '{next(iter(mapped))}')")
+    return mapped, [said]
+
+
+def _wrapper_prefix(keys) -> str:
+    """The wrapper prefixes every key starts with, outermost first ('' when none)."""
+    prefix = ""
+    keys = list(keys)
+    while True:
+        found = next((p for p in _WRAPPERS if all(k.startswith(prefix + p) for k in keys)), None)
+        if found is None:
+            return prefix
+        prefix += found
+
+
+def _split(prefix: str) -> list[str]:
+    return [part + "." for part in prefix.split(".") if part] if prefix else []
 
 
 def _as_int(value: Any) -> Optional[int]:

@@ -20,7 +20,7 @@ from triage.distributed.wrappers import unwrap
 from triage.entry import SetupFactory, call_setup, entry_name, load_entry
 from triage.errors import CheckpointError, SetupError
 from triage.history import HistoryPoint, read_history_file
-from triage.optimizer_types import mismatch
+from triage.optimizer_fit import OptimizerMismatch, fill_flags, fit_state
 from triage.integrations.derive import derived_factory
 from triage.snapshot import Snapshot
 
@@ -53,6 +53,9 @@ class Session:
     memo: dict[str, Any] = field(default_factory=dict)
     # Gives loss_fn / train_step a copy of each batch, so the data snapshot never changes (data_guard.py).
     data_guard: Optional[DataGuard] = None
+    # (finding id, text): what loading had to do to make the checkpoint fit setup() (keys mapped, groups
+    # reordered), said in the report beside the findings.
+    load_notes: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def device(self) -> torch.device:
@@ -117,8 +120,7 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
     seed_everything(seed)
     setup = call_setup(factory, entry)
     _move_to_device(setup)
-    if checkpoint is not None:
-        _load_checkpoint(setup, checkpoint, checkpoint_path)
+    load_notes = _load_checkpoint(setup, checkpoint, checkpoint_path) if checkpoint is not None else []
     checkpoint = light  # the model state is in the model now: not kept twice
     batches = _materialise(setup.batches, "batches", setup.device)
     if not batches:
@@ -136,7 +138,7 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
         setup=setup, factory=factory, entry=entry, seed=seed, batches=batches,
         val_batches=val_batches, checkpoint=checkpoint, history=history,
         snapshot=Snapshot.take(setup.model, setup.optimizer, setup.scheduler, setup.scaler, spill_dir=snapshot_dir),
-        data_guard=guard,
+        data_guard=guard, load_notes=load_notes,
     )
     _check_loss_fn(session)
     return session
@@ -176,27 +178,23 @@ def _move_to_device(setup: Setup) -> None:
         ) from exc
 
 
-def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> None:
+def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> list[tuple[str, str]]:
+    """Load every part; returns (finding id, text) for what had to be mapped to make it fit."""
+    notes: list[tuple[str, str]] = []
     loaded = load_distributed(setup, checkpoint, path)  # a DCP folder, or into an FSDP2 model's shards
     if "model" not in loaded:
-        load_model_state(unwrap(setup.model), checkpoint.model_state, path)  # a DDP model: its .module
-    parts = [("optimizer", setup.optimizer, None if "optimizer" in loaded else checkpoint.optimizer_state),
-             ("scheduler", setup.scheduler, checkpoint.scheduler_state),
-             ("scaler", setup.scaler, checkpoint.scaler_state)]
-    for name, target, state in parts:
+        for note in load_model_state(unwrap(setup.model), checkpoint.model_state, path):  # DDP: its .module
+            log.warning("%s", note)
+            notes.append(("checkpoint_keys_mapped", note[0].upper() + note[1:] + "."))
+    optimizer_state = None if "optimizer" in loaded else checkpoint.optimizer_state
+    if setup.optimizer is not None and optimizer_state is not None:
+        _load_optimizer(setup.optimizer, optimizer_state, notes)
+    for name, target, state in [("scheduler", setup.scheduler, checkpoint.scheduler_state),
+                                ("scaler", setup.scaler, checkpoint.scaler_state)]:
         if target is None or state is None:
             continue
-        other = mismatch(target, state) if name == "optimizer" else None
-        if other:
-            raise CheckpointError(
-                f"Expected the checkpoint's optimizer state to fit the optimizer setup() built, found that "
-                f"{other}. Build the optimizer the run used (its type and parameter groups), or save the "
-                "checkpoint without its optimizer state to replay with fresh moments."
-            )
         try:
             target.load_state_dict(state)
-            if name == "optimizer":
-                _check_hyperparameters(target)
         except Exception as exc:
             raise CheckpointError(
                 f"Expected the checkpoint's {name} state to fit the {name} setup() built "
@@ -205,15 +203,31 @@ def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> None:
             ) from exc
     if checkpoint.optimizer_state is None and "optimizer" not in loaded:
         log.warning("checkpoint %s has no optimizer state: replays start with fresh moments", path)
+    return notes
 
 
-def _check_hyperparameters(optimizer: torch.optim.Optimizer) -> None:
-    """Loading an Adam state into SGD 'works' and fails at the first step: catch it here."""
-    for group in optimizer.param_groups:
-        missing = sorted(set(optimizer.defaults) - set(group))
-        if missing:
-            raise ValueError(f"the saved parameter groups lack {missing}, which "
-                             f"{type(optimizer).__name__} needs (was it saved from another optimizer?)")
+def _load_optimizer(optimizer: torch.optim.Optimizer, state: Any, notes: list[tuple[str, str]]) -> None:
+    """The saved state compared with setup()'s optimizer by structure and shapes (triage/optimizer_fit.py),
+    its groups put in setup()'s order where they were saved in another, then loaded."""
+    name = type(optimizer).__name__
+    try:
+        fitted = fit_state(optimizer, state)
+        optimizer.load_state_dict(fitted.state)
+        fill_flags(optimizer)
+    except OptimizerMismatch as exc:
+        raise CheckpointError(
+            f"Expected the checkpoint's optimizer state to fit the optimizer setup() built ({name}), found that "
+            f"{exc}. Build the optimizer the run used (its type and parameter groups, in the run's order), or "
+            "save the checkpoint without its optimizer state to replay with fresh moments."
+        ) from None
+    except Exception as exc:
+        raise CheckpointError(
+            f"Expected the checkpoint's optimizer state to fit the optimizer setup() built ({name}), found a "
+            f"mismatch: {_first_line(exc)}. Build the same optimizer (type and parameter groups) the run saved."
+        ) from exc
+    for note in fitted.notes:
+        log.warning("%s", note)
+        notes.append(("optimizer_groups_reordered", note[0].upper() + note[1:] + "."))
 
 
 def _materialise(batches: Any, name: str, device: str) -> list[Any]:

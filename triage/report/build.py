@@ -125,7 +125,8 @@ def _location(leaf: LeafNode, walk: Walk) -> Location:
 def _session_findings(session: Session) -> list[FindingRecord]:
     """Findings about the inputs themselves, noticed while the experiments ran (not by a playbook node)."""
     guard = session.data_guard
-    return [FindingRecord(id=fid, text=text) for fid, text in (guard.findings() if guard else [])]
+    found = [*getattr(session, "load_notes", []), *(guard.findings() if guard else [])]
+    return [FindingRecord(id=fid, text=text) for fid, text in found]
 
 
 def _findings(playbook: Playbook, walk: Walk) -> list[FindingRecord]:
