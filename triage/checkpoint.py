@@ -51,6 +51,9 @@ class Checkpoint:
     scheduler_state: Optional[dict[str, Any]] = None
     scaler_state: Optional[dict[str, Any]] = None
     step: Optional[int] = None
+    step_source: Optional[str] = None  # where `step` was read, in words ("the entry 'iter_num'")
+    epoch: Optional[int] = None  # the run's epoch, where it saved one: the step once steps per epoch are known
+    notes: tuple[tuple[str, str], ...] = ()  # (finding id, text): what reading left out (an unusable step, say)
     history: list[HistoryPoint] = field(default_factory=list)
     hyper_parameters: dict[str, Any] = field(default_factory=dict)  # a Lightning module's saved hparams
     datamodule_hyper_parameters: dict[str, Any] = field(default_factory=dict)
@@ -74,7 +77,9 @@ def read_checkpoint(path: Path, trusted: bool = False) -> Checkpoint:
         return _read_capture(path, trusted)
     if is_dcp_folder(path):
         layout = read_dcp_layout(path)
-        return Checkpoint(layout="dcp", model_state={}, folder=path, step=read_dcp_step(layout))
+        step = read_dcp_step(layout)
+        return Checkpoint(layout="dcp", model_state={}, folder=path, step=step,
+                          step_source="the distributed checkpoint's step" if step is not None else None)
     if path.is_dir():
         return _read_hf_folder(path, trusted)
     return _read_dict(_load(path, trusted), path)
@@ -176,8 +181,8 @@ def _read_dict(data: Any, path: Path) -> Checkpoint:
         optimizer_state=data.get(optimizer_key) if optimizer_key else None,
         scheduler_state=data.get("scheduler"),
         scaler_state=data.get("scaler"),
-        step=_as_int(data.get("step", data.get("global_step"))),
-        history=history_from_value(data.get("history")),
+        **_with_history(read_step(data, _STEP_KEYS), lambda: history_from_value(data.get("history")),
+                        "the checkpoint's 'history'"),
     )
 
 
@@ -190,7 +195,7 @@ def _read_lightning(data: dict[str, Any]) -> Checkpoint:
         optimizer_state=optimizers[0],
         scheduler_state=schedulers[0],
         scaler_state=data.get("MixedPrecision") or data.get("native_amp_scaling_state"),
-        step=_as_int(data.get("global_step")),
+        **read_step(data, ("global_step",), "Lightning's"),
         hyper_parameters=_plain_dict(data.get("hyper_parameters")),
         datamodule_hyper_parameters=_plain_dict(data.get("datamodule_hyper_parameters")),
     )
@@ -214,7 +219,8 @@ def _read_capture(folder: Path, trusted: bool) -> Checkpoint:
             history = read_history_file(folder / HISTORY)
         except CheckpointError as exc:  # e.g. a Trainer whose custom loss the recorder could not see
             log.warning("capture %s: no loss history (%s)", folder, exc)
-    return dataclasses.replace(checkpoint, step=manifest.checkpoint_step, history=history, capture_dir=folder)
+    return dataclasses.replace(checkpoint, step=manifest.checkpoint_step, step_source="the capture's manifest",
+                               history=history, capture_dir=folder)
 
 
 def _read_hf_folder(folder: Path, trusted: bool) -> Checkpoint:
@@ -238,12 +244,15 @@ def _read_hf_folder(folder: Path, trusted: bool) -> Checkpoint:
             f"Expected the folder '{folder}' to be a Hugging Face Trainer checkpoint with "
             "model.safetensors or pytorch_model.bin, found neither. Pass the checkpoint-N folder itself."
         )
-    state_file = folder / "trainer_state.json"
+    state_file = folder / "trainer_state.json"  # only the step and the loss history: never worth a refusal
     try:
         trainer_state = json.loads(state_file.read_text()) if state_file.exists() else {}
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise CheckpointError(f"Expected '{state_file}' to be JSON, found it unreadable ({exc}). "
                               "Fix or remove it (it only carries the step and the loss history).") from None
+    if not isinstance(trainer_state, dict):
+        raise CheckpointError(f"Expected '{state_file}' to hold a JSON object, found a {type(trainer_state).__name__}. "
+                              "Fix or remove it (it only carries the step and the loss history).")
     optional = {name: folder / f"{name}.pt" for name in ("optimizer", "scheduler", "scaler")}
     parts = {name: _load(p, trusted) if p.exists() else None for name, p in optional.items()}
     return Checkpoint(
@@ -252,8 +261,9 @@ def _read_hf_folder(folder: Path, trusted: bool) -> Checkpoint:
         optimizer_state=parts["optimizer"],
         scheduler_state=parts["scheduler"],
         scaler_state=parts["scaler"],
-        step=_as_int(trainer_state.get("global_step")),
-        history=history_from_log_entries(trainer_state.get("log_history", [])),
+        **_with_history(read_step(trainer_state, ("global_step",), "trainer_state.json's"),
+                        lambda: history_from_log_entries(trainer_state.get("log_history") or []),
+                        "trainer_state.json's 'log_history'"),
     )
 
 
@@ -338,10 +348,63 @@ def _split(prefix: str) -> list[str]:
     return [part + "." for part in prefix.split(".") if part] if prefix else []
 
 
-def _as_int(value: Any) -> Optional[int]:
+# The names real runs save their step under, most specific first (nanoGPT's `iter_num`, HF's `global_step`).
+_STEP_KEYS = ("step", "global_step", "iter_num", "iteration", "iter", "num_updates")
+
+
+def read_step(data: dict[str, Any], keys: tuple[str, ...], owner: str = "the checkpoint's") -> dict[str, Any]:
+    """The step (and epoch) a checkpoint saved, with where it came from: the first of `keys` holding a usable
+    step, else the epoch alone. A value that is no step (inf, NaN, negative, a tensor of several values, a
+    fraction, text) is left out with a note saying so: it never stops the triage."""
+    notes: list[str] = []
+    found: dict[str, Any] = {}
+    for key in (*keys, "epoch"):
+        if key not in data:
+            continue
+        value, problem = _as_count(data[key])
+        if problem:
+            notes.append(f"{owner} '{key}' is {problem}, not a step count")
+            continue
+        if key == "epoch":
+            found["epoch"] = value
+        elif "step" not in found:
+            found.update(step=value, step_source=f"{owner} '{key}'")
+    if "step" not in found and "epoch" in found:
+        found["step_source"] = f"{owner} 'epoch' ({found['epoch']}; the step needs the steps per epoch)"
+    if notes:
+        log.warning("the checkpoint's step was left out: %s", "; ".join(notes))
+    said = tuple(("checkpoint_step_left_out", f"The checkpoint's step was left out: {n}.") for n in notes)
+    return {**found, "notes": said}
+
+
+def _with_history(found: dict[str, Any], read: Any, where: str) -> dict[str, Any]:
+    """`found` (read_step's) with the history `read()` returns; a history that cannot be read (a row whose
+    step is inf or NaN) is left out with a note: the baseline replay then stands in for the loss curve."""
+    try:
+        return {**found, "history": read()}
+    except (ValueError, TypeError, AttributeError) as exc:
+        note = f"{where} was left out ({_first_line(exc)}); the loss curve is the baseline replay's"
+        log.warning("%s", note)
+        said = ("checkpoint_history_left_out", note[0].upper() + note[1:] + ".")
+        return {**found, "notes": (*found.get("notes", ()), said)}
+
+
+def _as_count(value: Any) -> tuple[Optional[int], Optional[str]]:
+    """(the non-negative whole number `value` holds, None) or (None, what it is instead)."""
     if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            return None, f"a tensor of {value.numel()} values (shape {tuple(value.shape)})"
         value = value.item()
-    return int(value) if isinstance(value, (int, float)) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        shown = repr(value)
+        return None, f"{type(value).__name__} {shown[:40]}{'...' if len(shown) > 40 else ''}"
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None, str(value)
+    if value != int(value):
+        return None, f"the fraction {value}"
+    if value < 0:
+        return None, f"negative ({int(value)})"
+    return int(value), None
 
 
 def _first_line(exc: BaseException) -> str:

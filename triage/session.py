@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from dataclasses import dataclass, field
@@ -121,7 +122,8 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
     setup = call_setup(factory, entry)
     _move_to_device(setup)
     load_notes = _load_checkpoint(setup, checkpoint, checkpoint_path) if checkpoint is not None else []
-    checkpoint = light  # the model state is in the model now: not kept twice
+    checkpoint = _with_epoch_step(light, setup) if light is not None else None  # the model state is in the model now
+    load_notes += list(checkpoint.notes if checkpoint else ())
     batches = _materialise(setup.batches, "batches", setup.device)
     if not batches:
         raise SetupError(
@@ -206,28 +208,54 @@ def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> list[t
     return notes
 
 
+def _with_epoch_step(checkpoint: Checkpoint, setup: Setup) -> Checkpoint:
+    """A checkpoint that saved only its epoch: its step, where setup() says how many steps an epoch has."""
+    per_epoch = getattr(setup, "steps_per_epoch", None)
+    if checkpoint.step is not None or checkpoint.epoch is None or not isinstance(per_epoch, int) or per_epoch < 1:
+        return checkpoint
+    return dataclasses.replace(checkpoint, step=checkpoint.epoch * per_epoch,
+                               step_source=f"{checkpoint.step_source.split(' (')[0]} {checkpoint.epoch} x "
+                                           f"Setup.steps_per_epoch {per_epoch}")
+
+
 def _load_optimizer(optimizer: torch.optim.Optimizer, state: Any, notes: list[tuple[str, str]]) -> None:
     """The saved state compared with setup()'s optimizer by structure and shapes (triage/optimizer_fit.py),
-    its groups put in setup()'s order where they were saved in another, then loaded."""
+    its groups put in setup()'s order where they were saved in another, then loaded. Several optimizers
+    (an object with an `optimizers` dict, as Setup(optimizers=...) builds) saved by name: each its own."""
+    members = getattr(optimizer, "optimizers", None)
+    if isinstance(members, dict):
+        if isinstance(state, dict) and set(state) == set(members):
+            for name, member in members.items():
+                _load_one(member, state[name], notes, f"optimizer '{name}'")
+            return
+        _load_one(optimizer, state, notes, "optimizer", fit=False)  # one state over all their groups
+        for member in members.values():
+            fill_flags(member)
+        return
+    _load_one(optimizer, state, notes, "optimizer")
+
+
+def _load_one(optimizer: torch.optim.Optimizer, state: Any, notes: list[tuple[str, str]], what: str,
+              fit: bool = True) -> None:
     name = type(optimizer).__name__
     try:
-        fitted = fit_state(optimizer, state)
-        optimizer.load_state_dict(fitted.state)
+        fitted = fit_state(optimizer, state) if fit else None
+        optimizer.load_state_dict(fitted.state if fitted else state)
         fill_flags(optimizer)
     except OptimizerMismatch as exc:
         raise CheckpointError(
-            f"Expected the checkpoint's optimizer state to fit the optimizer setup() built ({name}), found that "
+            f"Expected the checkpoint's {what} state to fit the optimizer setup() built ({name}), found that "
             f"{exc}. Build the optimizer the run used (its type and parameter groups, in the run's order), or "
             "save the checkpoint without its optimizer state to replay with fresh moments."
         ) from None
     except Exception as exc:
         raise CheckpointError(
-            f"Expected the checkpoint's optimizer state to fit the optimizer setup() built ({name}), found a "
+            f"Expected the checkpoint's {what} state to fit the optimizer setup() built ({name}), found a "
             f"mismatch: {_first_line(exc)}. Build the same optimizer (type and parameter groups) the run saved."
         ) from exc
-    for note in fitted.notes:
-        log.warning("%s", note)
-        notes.append(("optimizer_groups_reordered", note[0].upper() + note[1:] + "."))
+    for note in fitted.notes if fitted else ():
+        log.warning("%s: %s", what, note)
+        notes.append(("optimizer_groups_reordered", f"{what[0].upper()}{what[1:]}: {note}."))
 
 
 def _materialise(batches: Any, name: str, device: str) -> list[Any]:

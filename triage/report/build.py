@@ -49,6 +49,7 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
             path=checkpoint_path,
             layout=session.checkpoint.layout if session.checkpoint else None,
             step=session.checkpoint.step if session.checkpoint else None,
+            step_source=session.checkpoint.step_source if session.checkpoint else None,
         ),
         environment=Environment(
             triage=__version__, torch=torch.__version__, python=sys.version.split()[0],

@@ -1,0 +1,177 @@
+"""Hostile and careless inputs, second probe (issue 22): checkpoints as real projects save them and inputs
+that cost a report. One row per class, run through the CLI as a user would, asserting what they would
+check: the exit code, no traceback, what the message or the report says, no file left behind.
+The rows share test_hostile_inputs.py's project folder and CLI runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.test_hostile_inputs import assert_refused, assert_written, project, report, run_cli  # noqa: F401
+
+LOADING = '''
+import torch
+from torch import nn
+import triage
+from hostile_entry import batches, loss, model
+
+
+def make(m, opt=None):
+    return triage.Setup(model=m, optimizer=opt or torch.optim.SGD(m.parameters(), lr=0.1), loss_fn=loss,
+                        batches=batches())
+
+
+def plain():
+    return make(model())
+
+
+def compiled():
+    return make(torch.compile(model(), backend="eager"))
+
+
+def data_parallel():
+    return make(nn.DataParallel(model()))
+
+
+def adafactor():
+    m = model()
+    return make(m, torch.optim.Adafactor(m.parameters(), lr=1e-2))
+
+
+def groups(m, reverse):
+    chosen = [{"params": [m[0].weight, m[2].weight], "weight_decay": 0.1},
+              {"params": [m[0].bias, m[2].bias], "weight_decay": 0.0}]
+    return list(reversed(chosen)) if reverse else chosen
+
+
+def adam_groups():
+    m = model()
+    return make(m, torch.optim.Adam(groups(m, reverse=False), lr=1e-3))
+
+
+def adam_groups_reversed():
+    m = model()
+    return make(m, torch.optim.Adam(groups(m, reverse=True), lr=1e-3))
+'''
+
+
+@pytest.fixture
+def loading(project):
+    (project / "loading_entry.py").write_text(LOADING)
+    import sys
+    sys.modules.pop("loading_entry", None)
+    return project
+
+
+def _save(folder: Path, name: str, make: str, extra: dict | None = None, steps: int = 2) -> None:
+    import importlib
+
+    entry = importlib.import_module("loading_entry")
+    s = getattr(entry, make)()
+    for batch in s.batches[:steps]:
+        s.optimizer.zero_grad()
+        entry.loss(s.model, batch).backward()
+        s.optimizer.step()
+    torch.save({"model": s.model.state_dict(), "optimizer": s.optimizer.state_dict(), **(extra or {})}, folder / name)
+
+
+def _finding(data: dict, fid: str) -> str:
+    texts = [f["text"] for f in data["findings"] if f["id"] == fid]
+    assert texts, [f["id"] for f in data["findings"]]
+    return texts[0]
+
+
+# ── wrapper prefixes, both ways ─────────────────────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("saved, built, said", [
+    ("compiled", "plain", "start with '_orig_mod.' (torch.compile) and the model setup() built expects none"),
+    ("plain", "compiled", "start with no wrapper prefix and the model setup() built expects '_orig_mod.' (torch.compile)"),
+    ("data_parallel", "plain", "start with 'module.' (DataParallel/DDP)"),
+    ("plain", "data_parallel", "expects 'module.' (DataParallel/DDP)"),
+])
+def test_a_compiled_or_wrapped_model_and_a_plain_checkpoint_load_either_way_and_say_so(loading, saved, built, said):
+    _save(loading, "wrapped.pt", saved)
+    code, text = run_cli(loading, entry=f"loading_entry:{built}", checkpoint="wrapped.pt")
+    data = assert_written(loading, code, text)
+    assert said in _finding(data, "checkpoint_keys_mapped")
+
+
+# ── the step, under the names real projects use ─────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("saved, step, source", [
+    ({"iter_num": 1200}, 1200, "the checkpoint's 'iter_num'"),
+    ({"iteration": torch.tensor(77)}, 77, "the checkpoint's 'iteration'"),
+    ({"global_step": 5, "epoch": 1}, 5, "the checkpoint's 'global_step'"),
+    ({"epoch": 3}, None, "the checkpoint's 'epoch' (3; the step needs the steps per epoch)"),
+])
+def test_the_checkpoint_step_is_read_from_the_names_projects_use_and_its_source_said(loading, saved, step, source):
+    _save(loading, "named.pt", "plain", saved)
+    code, text = run_cli(loading, entry="loading_entry:plain", checkpoint="named.pt")
+    data = assert_written(loading, code, text)
+    assert data["checkpoint"]["step"] == step and data["checkpoint"]["step_source"] == source
+    assert f"from {source}" in (loading / "out" / "report.html").read_text().replace("&#39;", "'")
+
+
+def test_an_epoch_becomes_the_step_where_setup_says_the_steps_per_epoch():
+    from types import SimpleNamespace
+
+    from triage.checkpoint import Checkpoint, read_step
+    from triage.session import _with_epoch_step
+
+    read = Checkpoint(layout="dict", model_state={}, **read_step({"epoch": 3}, ("step",)))
+    step = _with_epoch_step(read, SimpleNamespace(steps_per_epoch=25))  # Setup.steps_per_epoch (issue 21)
+    assert step.step == 75 and step.step_source == "the checkpoint's 'epoch' 3 x Setup.steps_per_epoch 25"
+    assert _with_epoch_step(read, SimpleNamespace()).step is None
+
+
+@pytest.mark.parametrize("value, said", [
+    (float("inf"), "'step' is inf"),
+    (float("nan"), "'step' is nan"),
+    (torch.tensor([3, 4]), "'step' is a tensor of 2 values (shape (2,))"),
+    (-5, "'step' is negative (-5)"),
+    ("12", "'step' is str '12'"),
+])
+def test_an_odd_checkpoint_step_is_left_out_with_a_note(loading, value, said):
+    _save(loading, "odd.pt", "plain", {"step": value})
+    code, text = run_cli(loading, entry="loading_entry:plain", checkpoint="odd.pt")
+    data = assert_written(loading, code, text)
+    assert data["checkpoint"]["step"] is None
+    assert said in _finding(data, "checkpoint_step_left_out")
+
+
+@pytest.mark.parametrize("global_step, said", [("Infinity", "is inf"), ("NaN", "is nan"), ("-3", "is negative (-3)"),
+                                               ("[1, 2]", "is list [1, 2]")])
+def test_an_odd_step_in_a_trainer_folder_is_left_out_with_a_note(loading, global_step, said):
+    import hostile_entry
+
+    folder = loading / "checkpoint-7"
+    folder.mkdir()
+    torch.save(hostile_entry.model().state_dict(), folder / "pytorch_model.bin")
+    (folder / "trainer_state.json").write_text(
+        '{"global_step": %s, "log_history": [{"step": %s, "loss": 1.0}, {"step": 2, "loss": 0.9}]}'
+        % (global_step, global_step))
+    code, text = run_cli(loading, entry="loading_entry:plain", checkpoint="checkpoint-7")
+    data = assert_written(loading, code, text)
+    assert data["checkpoint"]["step"] is None
+    assert f"trainer_state.json's 'global_step' {said}" in _finding(data, "checkpoint_step_left_out")
+    if global_step != "[1, 2]":  # the log's own row with that step: its history is left out, said so
+        assert "log_history' was left out (row 1 has step" in _finding(data, "checkpoint_history_left_out")
+
+
+# ── optimizers and their param groups ───────────────────────────────────────────────────────────────
+
+def test_an_adafactor_checkpoint_loads_into_the_adafactor_that_saved_it(loading):
+    _save(loading, "adafactor.pt", "adafactor")
+    code, text = run_cli(loading, entry="loading_entry:adafactor", checkpoint="adafactor.pt")
+    assert_written(loading, code, text)
+
+
+def test_param_groups_saved_in_another_order_are_matched_and_said(loading):
+    _save(loading, "groups.pt", "adam_groups")
+    code, text = run_cli(loading, entry="loading_entry:adam_groups_reversed", checkpoint="groups.pt")
+    data = assert_written(loading, code, text)
+    assert "saved group 1 -> group 0, saved group 0 -> group 1" in _finding(data, "optimizer_groups_reordered")
