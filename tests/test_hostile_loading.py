@@ -175,3 +175,32 @@ def test_param_groups_saved_in_another_order_are_matched_and_said(loading):
     code, text = run_cli(loading, entry="loading_entry:adam_groups_reversed", checkpoint="groups.pt")
     data = assert_written(loading, code, text)
     assert "saved group 1 -> group 0, saved group 0 -> group 1" in _finding(data, "optimizer_groups_reordered")
+
+
+# ── a pickled whole model whose class cannot be imported ────────────────────────────────────────────
+
+NET = "import torch\nclass Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n" \
+      "        self.l = torch.nn.Linear(4, 2)\n"
+
+
+@pytest.mark.parametrize("saved_as, said", [
+    ("script", ["holds __main__.Net: a class defined in the script that saved it", "re-save model.state_dict()"]),
+    ("module", ["needs gone_models.Net", "the module 'gone_models' cannot be imported here",
+                "Run triage where `import gone_models` works"]),
+])
+def test_a_pickled_model_whose_class_cannot_be_imported_names_the_class_and_what_to_import(loading, saved_as, said):
+    import subprocess
+    import sys
+
+    elsewhere = loading / "elsewhere"
+    elsewhere.mkdir()
+    if saved_as == "script":
+        (elsewhere / "save.py").write_text(NET + "torch.save(Net(), '../whole.pt')\n")
+        command = [sys.executable, "save.py"]
+    else:
+        (elsewhere / "gone_models.py").write_text(NET)
+        command = [sys.executable, "-c", "import torch, gone_models; torch.save(gone_models.Net(), '../whole.pt')"]
+    subprocess.run(command, cwd=elsewhere, check=True, capture_output=True)
+    code, text = run_cli(loading, "--trust-checkpoint", checkpoint="whole.pt")
+    assert_refused(loading, code, text, *said)
+    assert "truncated" not in text

@@ -100,6 +100,9 @@ def _load(path: Path, trusted: bool) -> Any:
     except pickle.UnpicklingError as exc:
         refused = _GLOBAL.search(str(exc)) or ("unsupported" in str(exc).lower() and _looks_saved(path))
         raise CheckpointError(_refused(path, exc) if refused else _unreadable(path, exc)) from exc
+    except (ImportError, AttributeError) as exc:  # unpickling (trusted) needs a class that cannot be imported
+        missing = _missing_class(path, exc) if trusted else None
+        raise CheckpointError(missing or _unreadable(path, exc)) from None
     except Exception as exc:  # torch raises RuntimeError, EOFError, zipfile errors, ...
         raise CheckpointError(_unreadable(path, exc)) from exc
 
@@ -141,6 +144,42 @@ def _refused(path: Path, exc: BaseException) -> str:
     return (f"Expected '{path}' to hold only tensors and plain containers (it is loaded with weights_only=True), "
             f"found pickled content that loading refuses ({detail[:300]}). If you trust this file, re-run with "
             "--trust-checkpoint.")
+
+
+_NO_ATTRIBUTE = re.compile(r"Can't get attribute '([\w.]+)' on <module '([\w.]+)'")
+
+
+def _missing_class(path: Path, exc: BaseException) -> Optional[str]:
+    """The class a trusted unpickle needs and cannot import, named with its module and what to do."""
+    found = _NO_ATTRIBUTE.search(str(exc))
+    try:
+        wanted = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # noqa: BLE001  (only a help for the message)
+        wanted = []
+    if found:  # the module as the pickle names it (`__main__`, which the error shows as the running module)
+        named = next((g for g in wanted if g.endswith("." + found.group(1))), None)
+        module = named[: -len(found.group(1)) - 1] if named else found.group(2)
+    else:
+        module = getattr(exc, "name", None)
+    if not module:
+        return None
+    names = [g for g in wanted if g.rsplit(".", 1)[0] == module or g.startswith(module + ".")]
+    if found:
+        names = names or [f"{module}.{found.group(1)}"]
+    shown = ", ".join(names[:4]) or f"a class from the module '{module}'"
+    if module == "__main__":
+        return (f"Expected to unpickle '{path}' (--trust-checkpoint), found it holds {shown}: a class defined in the "
+                f"script that saved it (run as __main__), which no other program can import. Load it in that "
+                "script and re-save model.state_dict() with torch.save, or move the class into a module and "
+                "save again.")
+    if found:
+        return (f"Expected to unpickle '{path}' (--trust-checkpoint), found it needs {shown}, and the module "
+                f"'{module}' has no '{found.group(1)}' (renamed or moved since the checkpoint was saved?). Import "
+                f"the module that defines it as it was then, or re-save the checkpoint with model.state_dict().")
+    return (f"Expected to unpickle '{path}' (--trust-checkpoint), found it needs {shown}, and the module "
+            f"'{module}' cannot be imported here ({_first_line(exc)}). Run triage where `import {module}` works "
+            f"(from the project's folder, or with it on PYTHONPATH), or re-save the checkpoint with "
+            "model.state_dict().")
 
 
 def _unreadable(path: Path, exc: BaseException) -> str:
