@@ -6,6 +6,7 @@ The rows share test_hostile_inputs.py's project folder and CLI runner."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,145 @@ def test_a_pickled_model_whose_class_cannot_be_imported_names_the_class_and_what
     code, text = run_cli(loading, "--trust-checkpoint", checkpoint="whole.pt")
     assert_refused(loading, code, text, *said)
     assert "truncated" not in text
+
+
+# ── inputs that cost a report ───────────────────────────────────────────────────────────────────────
+
+def test_triage_run_without_a_checkpoint_exits_2_saying_what_to_pass(loading):
+    code, text = run_cli(loading, checkpoint=None)
+    assert_refused(loading, code, text, "Expected --checkpoint", "found none", "Pass --checkpoint PATH")
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**40)])
+def test_a_seed_numpy_cannot_take_is_refused(loading, seed):
+    code, text = run_cli(loading, "--seed", seed)
+    assert_refused(loading, code, text, "Expected the seed to be a whole number from 0 to 4294967295",
+                   f"found {seed}", "Pass a seed in that range")
+
+
+def test_a_seed_numpy_cannot_take_is_refused_by_the_python_api_too(loading):
+    import triage
+
+    with pytest.raises(triage.TriageError, match="Expected the seed to be a whole number from 0 to 4294967295"):
+        triage.run("hostile_entry:setup", "ckpt.pt", out="out", seed=2**40)
+
+
+def test_checkpoint_and_report_that_never_end_are_refused(loading):
+    code, text = run_cli(loading, checkpoint="/dev/zero")
+    assert_refused(loading, code, text, "Expected a checkpoint at '/dev/zero' to be a file or a folder, found a device")
+    from typer.testing import CliRunner
+
+    from triage.cli import app
+
+    result = CliRunner().invoke(app, ["report", "/dev/zero"])
+    assert result.exit_code == 2 and "not a regular file" in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
+def test_a_playbook_with_a_node_twice_is_refused_naming_both_lines(loading):
+    from tests.test_hostile_inputs import SHORT
+
+    doubled = SHORT.replace("  fine:\n", "  first:\n    run: replay\n    with: {steps: 2}\n    otherwise: fine\n  fine:\n")
+    (loading / "twice.yaml").write_text(doubled)
+    lines = [i + 1 for i, line in enumerate(doubled.splitlines()) if line == "  first:"]
+    code, text = run_cli(loading, playbook="twice.yaml")
+    assert_refused(loading, code, text, f"twice.yaml:{lines[1]}", f"node 'first' at lines {lines[0]} and {lines[1]}",
+                   "Rename or remove one")
+
+
+MOVES = '''
+import os
+from hostile_entry import setup as plain
+
+
+def setup():
+    os.makedirs("elsewhere", exist_ok=True)
+    os.chdir("elsewhere")
+    return plain()
+'''
+
+
+def test_a_setup_that_changes_folder_does_not_move_the_report(loading):
+    (loading / "moving_entry.py").write_text(MOVES)
+    code, text = run_cli(loading, "--snapshot-dir", "snap", entry="moving_entry:setup")
+    try:
+        assert code == 0, text
+        assert (loading / "out" / "report.html").is_file() and not (loading / "elsewhere" / "out").exists()
+        assert text.endswith(str(loading / "out" / "report.html"))  # the printed path is where it is
+        assert (loading / "snap").is_dir() and not (loading / "elsewhere" / "snap").exists()
+    finally:
+        os.chdir(loading)
+
+
+def test_a_re_run_into_the_same_out_never_leaves_the_previous_verdict_looking_current(loading):
+    code, text = run_cli(loading)
+    assert_written(loading, code, text)
+    from triage import api
+
+    kept = {}
+
+    def killed(*args, **kwargs):  # the second run is killed during its walk: what does the folder hold then?
+        kept.update({p.name: p.read_text() for p in (loading / "out").iterdir()})
+        raise KeyboardInterrupt
+
+    import pytest as _pytest
+    with _pytest.MonkeyPatch.context() as patch:
+        patch.setattr(api, "walk", killed)
+        code, text = run_cli(loading)
+    assert code == 130
+    assert "report.html" not in kept and "summary.md" not in kept and "report.json" not in kept
+    assert not (loading / "out" / "report.html").exists()
+
+
+def test_a_full_disk_while_the_snapshot_spills_leaves_no_temporary_file(loading, monkeypatch):
+    import errno
+
+    real_save = torch.save
+
+    def full(obj, f, *args, **kwargs):
+        if str(f).endswith("snapshot.pt"):
+            with open(f, "wb") as handle:
+                handle.write(b"\0" * 1000)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", full)
+    code, text = run_cli(loading, "--snapshot-dir", "snap")
+    assert_refused(loading, code, text, "Expected to keep the snapshot in", "No space left on device")
+    assert list((loading / "snap").iterdir()) == []
+
+
+def test_an_unwritable_cache_still_runs_the_demo_and_a_full_one_still_draws_the_page(loading, monkeypatch):
+    import errno
+
+    from triage import atomic, zoo
+
+    monkeypatch.setenv("TRIAGE_CACHE", "/proc/no-cache-here")  # not even root can write there
+    path = zoo.demo_checkpoint("lr_too_high")
+    assert path.is_file() and not str(path).startswith("/proc")
+
+    code, text = run_cli(loading)
+    assert_written(loading, code, text)
+    monkeypatch.setenv("TRIAGE_CACHE", str(loading / "cache"))
+    real_write = atomic.write_text
+
+    def full(target, text_):
+        if "cache" in Path(target).parts:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(target, text_)
+
+    import jinja2.bccache
+
+    def no_room(self, f):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic, "write_text", full)
+    monkeypatch.setattr(jinja2.bccache.Bucket, "write_bytecode", no_room)
+    from typer.testing import CliRunner
+
+    from triage.cli import app
+
+    result = CliRunner().invoke(app, ["report", "out/report.json"])
+    assert result.exit_code == 0, result.output
+    page = (loading / "out" / "report.html").read_text()
+    assert page.rstrip().endswith("</html>") and "<svg" in page and "could not be rendered" not in page

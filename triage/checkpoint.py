@@ -73,16 +73,31 @@ def read_checkpoint(path: Path, trusted: bool = False) -> Checkpoint:
             f"Expected a checkpoint at '{path}', found no such file or folder. "
             "Pass the path of the .pt/.ckpt file (or Hugging Face checkpoint folder) your run saved."
         )
+    if not path.is_dir() and not path.is_file():  # /dev/zero, a FIFO, a socket: reading it may never end
+        raise CheckpointError(
+            f"Expected a checkpoint at '{path}' to be a file or a folder, found {_kind_of(path)}. Pass the .pt/.ckpt "
+            "file (or the checkpoint folder) your run saved, not a device or a pipe."
+        )
     if is_capture(path):
         return _read_capture(path, trusted)
     if is_dcp_folder(path):
         layout = read_dcp_layout(path)
         step = read_dcp_step(layout)
-        return Checkpoint(layout="dcp", model_state={}, folder=path, step=step,
+        return Checkpoint(layout="dcp", model_state={}, folder=path.absolute(), step=step,
                           step_source="the distributed checkpoint's step" if step is not None else None)
     if path.is_dir():
         return _read_hf_folder(path, trusted)
     return _read_dict(_load(path, trusted), path)
+
+
+def _kind_of(path: Path) -> str:
+    if path.is_char_device() or path.is_block_device():
+        return "a device"
+    if path.is_fifo():
+        return "a pipe (FIFO)"
+    if path.is_socket():
+        return "a socket"
+    return "something that is neither"
 
 
 def rank_path(path: Path) -> Path:
@@ -259,7 +274,7 @@ def _read_capture(folder: Path, trusted: bool) -> Checkpoint:
         except CheckpointError as exc:  # e.g. a Trainer whose custom loss the recorder could not see
             log.warning("capture %s: no loss history (%s)", folder, exc)
     return dataclasses.replace(checkpoint, step=manifest.checkpoint_step, step_source="the capture's manifest",
-                               history=history, capture_dir=folder)
+                               history=history, capture_dir=folder.absolute())
 
 
 def _read_hf_folder(folder: Path, trusted: bool) -> Checkpoint:

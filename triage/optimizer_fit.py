@@ -97,7 +97,7 @@ def _check_settings(optimizer: torch.optim.Optimizer, groups: list[dict], name: 
     lacking = sorted({k for g in groups for k in needs if k not in g})
     if lacking:
         own = set(optimizer.defaults) | set().union(*(set(g) for g in optimizer.param_groups))
-        extra = sorted(k for k in saved if k not in own)
+        extra = sorted(k for k in saved if k not in own and not any(_is_flag(g.get(k)) for g in groups if k in g))
         holds = f", and hold {', '.join(extra[:6])}, which {name} has no setting for" if extra else ""
         raise OptimizerMismatch(f"the checkpoint's optimizer parameter groups lack {', '.join(lacking)} (settings "
                                 f"setup()'s {name} needs){holds}: it was saved by another optimizer than setup() "
