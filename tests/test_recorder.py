@@ -176,3 +176,17 @@ def test_noise_on_a_flat_loss_spends_no_capture_and_the_later_real_spike_gets_it
     fired = watch_losses(flat + [6.0])
     assert (fired.kind, fired.step) == ("spike", 301)
     assert "a rise of 200% of that level" in fired.detail
+
+
+def test_with_one_capture_the_recorder_keeps_it_for_the_real_spike_not_the_noise(tmp_path):
+    model = nn.Linear(2, 1)
+    recorder = triage.Recorder(model, torch.optim.SGD(model.parameters(), lr=0.1), dir=tmp_path,
+                               settings=triage.RecorderSettings(max_captures=1))
+    rng = random.Random(1)
+    losses = [2.0 + rng.gauss(0, 0.001) for _ in range(300)]
+    losses[150] += 0.05  # noise on a flat loss
+    for loss in losses + [6.0]:  # then the failure
+        recorder.step(torch.tensor(loss), grad_norm=1.0)
+    assert len(recorder.captures) == 1
+    manifest = json.loads((recorder.captures[0] / "manifest.json").read_text())
+    assert manifest["trigger"]["kind"] == "spike" and manifest["step"] == 301
