@@ -176,3 +176,31 @@ def test_param_groups_that_fit_no_order_are_refused_naming_the_parameter():
     text = str(refused.value)
     assert "group 0, parameter 0 of shape (10, 4): its saved exp_avg has shape (3, 8)" in text
     assert "no other order of the groups fits either" in text
+
+
+class Lookahead(torch.optim.Optimizer):
+    """A wrapper that steps the optimizer it holds: probing a copy of it would step the run's own weights."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        super().__init__([p for g in inner.param_groups for p in g["params"]], {"lr": inner.defaults["lr"]})
+
+    def step(self, closure=None):
+        return self.inner.step(closure)
+
+
+def test_an_optimizer_that_wraps_another_is_loaded_without_stepping_the_run_s_weights():
+    def setup():
+        model = _model()
+        for p in model.parameters():  # a setup() that ran a backward (a warm-up, an LR finder) leaves gradients
+            p.grad = torch.ones_like(p)
+        return triage.Setup(model=model, optimizer=Lookahead(torch.optim.SGD(model.parameters(), lr=0.1)),
+                            loss_fn=_loss, batches=_batches())
+
+    saved = setup()
+    with torch.no_grad():
+        for p in saved.model.parameters():
+            p.add_(1.0)  # the checkpoint's weights differ from a fresh setup()'s
+    session = session_from_factory(setup, checkpoint=_checkpoint(saved))
+    for key, value in session.setup.model.state_dict().items():
+        assert torch.equal(value, saved.model.state_dict()[key]), key

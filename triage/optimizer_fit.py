@@ -118,6 +118,8 @@ def _probe(optimizer: torch.optim.Optimizer) -> Optional[list[list[dict[str, Any
     tensor's number of dimensions, or None (not a tensor). Measured on a copy of the optimizer over
     stand-ins of at most 2 elements a dimension (same dtype, device, requires_grad), so nothing of the
     run is touched; None when the copy cannot step (a constructor-bound subclass, a fused CUDA-only flag)."""
+    if _wraps_another(optimizer):
+        return None
     try:
         stand_ins = [[_stand_in(p) for p in group["params"]] for group in optimizer.param_groups]
         twin = copy.copy(optimizer)
@@ -138,6 +140,19 @@ def _probe(optimizer: torch.optim.Optimizer) -> Optional[list[list[dict[str, Any
         log.debug("optimizer probe of %s failed (%s: %s); comparing by shape alone", type(optimizer).__name__,
                   type(exc).__name__, exc)
         return None
+
+
+def _wraps_another(optimizer: torch.optim.Optimizer) -> bool:
+    """An optimizer that steps another one it holds (ZeroRedundancyOptimizer, Lookahead, a set of several), or
+    that talks to other ranks when it steps: a copy of it would step the run's own tensors, or wait for
+    ranks that are not probing. Not probed."""
+    if type(optimizer).__module__.startswith("torch.distributed"):
+        return True
+    for value in vars(optimizer).values():
+        inner = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, torch.optim.Optimizer) for v in inner):
+            return True
+    return False
 
 
 def _with_stand_ins(optimizer: torch.optim.Optimizer, stand_ins: list[list[torch.Tensor]]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from triage.distributed.wrappers import unwrap
 from triage.entry import SetupFactory, call_setup, entry_name, load_entry
 from triage.errors import CheckpointError, SetupError
 from triage.history import HistoryPoint, read_history_file
-from triage.optimizer_fit import OptimizerMismatch, fill_flags, fit_state
+from triage.optimizer_fit import Fitted, OptimizerMismatch, fill_flags, fit_state
 from triage.integrations.derive import derived_factory
 from triage.snapshot import Snapshot
 
@@ -184,13 +184,17 @@ def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> list[t
     """Load every part; returns (finding id, text) for what had to be mapped to make it fit."""
     notes: list[tuple[str, str]] = []
     loaded = load_distributed(setup, checkpoint, path)  # a DCP folder, or into an FSDP2 model's shards
+    optimizer_state = None if "optimizer" in loaded else checkpoint.optimizer_state
+    # Fitted before the model loads: the fit steps a copy of the optimizer on stand-ins, and whatever a
+    # user's optimizer might reach beyond them is overwritten by the load that follows.
+    fitted = _fit_optimizer(setup.optimizer, optimizer_state) \
+        if setup.optimizer is not None and optimizer_state is not None else []
     if "model" not in loaded:
         for note in load_model_state(unwrap(setup.model), checkpoint.model_state, path):  # DDP: its .module
             log.warning("%s", note)
             notes.append(("checkpoint_keys_mapped", note[0].upper() + note[1:] + "."))
-    optimizer_state = None if "optimizer" in loaded else checkpoint.optimizer_state
-    if setup.optimizer is not None and optimizer_state is not None:
-        _load_optimizer(setup.optimizer, optimizer_state, notes)
+    for what, optimizer, state in fitted:
+        _load_optimizer(optimizer, state, what, notes)
     for name, target, state in [("scheduler", setup.scheduler, checkpoint.scheduler_state),
                                 ("scaler", setup.scaler, checkpoint.scaler_state)]:
         if target is None or state is None:
@@ -218,42 +222,45 @@ def _with_epoch_step(checkpoint: Checkpoint, setup: Setup) -> Checkpoint:
                                            f"Setup.steps_per_epoch {per_epoch}")
 
 
-def _load_optimizer(optimizer: torch.optim.Optimizer, state: Any, notes: list[tuple[str, str]]) -> None:
-    """The saved state compared with setup()'s optimizer by structure and shapes (triage/optimizer_fit.py),
-    its groups put in setup()'s order where they were saved in another, then loaded. Several optimizers
-    (an object with an `optimizers` dict, as Setup(optimizers=...) builds) saved by name: each its own."""
+def _fit_optimizer(optimizer: torch.optim.Optimizer, state: Any) -> list[tuple[str, torch.optim.Optimizer, Any]]:
+    """(what, optimizer, its state made to fit) for each optimizer to load: the saved state compared with
+    setup()'s optimizer by structure and shapes (triage/optimizer_fit.py), its groups in setup()'s order.
+    Several optimizers (an object with an `optimizers` dict, as Setup(optimizers=...) builds) saved by
+    name: each its own; saved as one state over all their groups: loaded as it is."""
     members = getattr(optimizer, "optimizers", None)
     if isinstance(members, dict):
         if isinstance(state, dict) and set(state) == set(members):
-            for name, member in members.items():
-                _load_one(member, state[name], notes, f"optimizer '{name}'")
-            return
-        _load_one(optimizer, state, notes, "optimizer", fit=False)  # one state over all their groups
-        for member in members.values():
-            fill_flags(member)
-        return
-    _load_one(optimizer, state, notes, "optimizer")
+            return [fitted for name, member in members.items()
+                    for fitted in _fit_optimizer_one(member, state[name], f"optimizer '{name}'")]
+        return [("optimizer", optimizer, Fitted(state))]
+    return _fit_optimizer_one(optimizer, state, "optimizer")
 
 
-def _load_one(optimizer: torch.optim.Optimizer, state: Any, notes: list[tuple[str, str]], what: str,
-              fit: bool = True) -> None:
-    name = type(optimizer).__name__
+def _fit_optimizer_one(optimizer: torch.optim.Optimizer, state: Any, what: str):
     try:
-        fitted = fit_state(optimizer, state) if fit else None
-        optimizer.load_state_dict(fitted.state if fitted else state)
-        fill_flags(optimizer)
+        return [(what, optimizer, fit_state(optimizer, state))]
     except OptimizerMismatch as exc:
         raise CheckpointError(
-            f"Expected the checkpoint's {what} state to fit the optimizer setup() built ({name}), found that "
-            f"{exc}. Build the optimizer the run used (its type and parameter groups, in the run's order), or "
-            "save the checkpoint without its optimizer state to replay with fresh moments."
+            f"Expected the checkpoint's {what} state to fit the optimizer setup() built "
+            f"({type(optimizer).__name__}), found that {exc}. Build the optimizer the run used (its type and "
+            "parameter groups, in the run's order), or save the checkpoint without its optimizer state to "
+            "replay with fresh moments."
         ) from None
+
+
+def _load_optimizer(optimizer: torch.optim.Optimizer, fitted: Fitted, what: str,
+                    notes: list[tuple[str, str]]) -> None:
+    try:
+        optimizer.load_state_dict(fitted.state)
+        members = getattr(optimizer, "optimizers", None)
+        for member in [*(members.values() if isinstance(members, dict) else ()), optimizer]:
+            fill_flags(member)
     except Exception as exc:
         raise CheckpointError(
-            f"Expected the checkpoint's {what} state to fit the optimizer setup() built ({name}), found a "
-            f"mismatch: {_first_line(exc)}. Build the same optimizer (type and parameter groups) the run saved."
+            f"Expected the checkpoint's {what} state to fit the optimizer setup() built ({type(optimizer).__name__}), "
+            f"found a mismatch: {_first_line(exc)}. Build the same optimizer (type and parameter groups) the run saved."
         ) from exc
-    for note in fitted.notes if fitted else ():
+    for note in fitted.notes:
         log.warning("%s: %s", what, note)
         notes.append(("optimizer_groups_reordered", f"{what[0].upper()}{what[1:]}: {note}."))
 
