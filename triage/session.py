@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import random
@@ -16,6 +17,7 @@ from triage.batches import to_device
 from triage.checkpoint import Checkpoint, load_model_state, read_checkpoint
 from triage.contract import Setup
 from triage.data_guard import DataGuard
+from triage.disagreements import differences, settings
 from triage.distributed.checkpoint import load_distributed
 from triage.distributed.wrappers import unwrap
 from triage.entry import SetupFactory, call_setup, entry_name, load_entry
@@ -54,8 +56,11 @@ class Session:
     memo: dict[str, Any] = field(default_factory=dict)
     # Gives loss_fn / train_step a copy of each batch, so the data snapshot never changes (data_guard.py).
     data_guard: Optional[DataGuard] = None
+    # Where setup() and the checkpoint disagree (LR, param groups, the schedule's base): the replays use the
+    # checkpoint's values (triage/disagreements.py).
+    disagreements: list[str] = field(default_factory=list)
     # (finding id, text): what loading had to do to make the checkpoint fit setup() (keys mapped, groups
-    # reordered), said in the report beside the findings.
+    # reordered, a step left out), said in the report beside the findings.
     load_notes: list[tuple[str, str]] = field(default_factory=list)
 
     @property
@@ -77,6 +82,11 @@ class Session:
 
         With `default_init`, every module's own `reset_parameters()` replaces whatever init setup()
         applied: PyTorch's default initialisation, the counterfactual for a bad init.
+
+        A restart is compared with the run at the checkpoint, so it trains as the run was training there:
+        its optimizer's hyper-parameters (the LR the run had) and its scheduler's position are the
+        checkpoint's, only the weights and the optimizer's moments are fresh. A warmup replayed from step 0
+        would train at a tiny LR and "work" where the run's own LR does not.
         """
         # The run's optimizer state is idle while a fresh copy trains, and the engine's next restore puts
         # it back from the snapshot: freed here, a restart never holds two sets of moments at once.
@@ -88,7 +98,26 @@ class Session:
                 if hasattr(module, "reset_parameters"):
                     module.reset_parameters()
         fresh.model.to(self.device)
+        if self.checkpoint is not None:
+            self._continue_schedule(fresh)
         return self.data_guard.protect(fresh) if self.data_guard is not None else fresh
+
+    def _continue_schedule(self, fresh: Setup) -> None:
+        """The fresh optimizer's param-group hyper-parameters and the fresh scheduler's state as the
+        snapshot holds them (restored just before: the checkpoint's), where the groups line up."""
+        groups, saved = fresh.optimizer.param_groups, self.setup.optimizer.param_groups
+        if len(groups) != len(saved):
+            log.info("a restart keeps setup()'s own LR: it builds %d param groups, the checkpoint has %d",
+                     len(groups), len(saved))
+            return
+        for group, run_group in zip(groups, saved):
+            group.update({k: v for k, v in run_group.items() if k != "params"})
+        if fresh.scheduler is not None and self.snapshot.scheduler is not None:
+            try:
+                fresh.scheduler.load_state_dict(copy.deepcopy(self.snapshot.scheduler))
+            except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+                log.info("a restart's scheduler starts from setup()'s: the checkpoint's state does not load (%s)",
+                         exc)
 
 
 def open_session(entry: Union[str, SetupFactory], checkpoint_path: Optional[Path], seed: int = 0,
@@ -121,7 +150,9 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
     seed_everything(seed)
     setup = call_setup(factory, entry)
     _move_to_device(setup)
+    built = settings(setup.optimizer, setup.scheduler)
     load_notes = _load_checkpoint(setup, checkpoint, checkpoint_path) if checkpoint is not None else []
+    disagree = differences(built, settings(setup.optimizer, setup.scheduler)) if checkpoint is not None else []
     checkpoint = _with_epoch_step(light, setup) if light is not None else None  # the model state is in the model now
     load_notes += list(checkpoint.notes if checkpoint else ())
     batches = _materialise(setup.batches, "batches", setup.device)
@@ -140,7 +171,7 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
         setup=setup, factory=factory, entry=entry, seed=seed, batches=batches,
         val_batches=val_batches, checkpoint=checkpoint, history=history,
         snapshot=Snapshot.take(setup.model, setup.optimizer, setup.scheduler, setup.scaler, spill_dir=snapshot_dir),
-        data_guard=guard, load_notes=load_notes,
+        data_guard=guard, disagreements=disagree, load_notes=load_notes,
     )
     _check_loss_fn(session)
     return session

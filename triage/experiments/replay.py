@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 
 from triage.batches import first_examples
 from triage.contract import Precision
-from triage.experiments.base import Context, Experiment, Params
+from triage.experiments.base import Context, Experiment, NotApplicable, Params
 from triage.experiments.inits import InitKind, apply_init
 from triage.experiments.dead_units import find_dead_units, revive
 from triage.experiments.interventions import held_at_peak, swap_saturating, unfrozen, unsquashed
@@ -107,7 +107,10 @@ class ReplayOutcome(VerifiedFix):
     truncated: bool = Field(default=False, description="Stopped early by the time budget.")
     loss_start: Optional[float] = Field(default=None, description="Median loss of the first fifth of steps.")
     loss_end: Optional[float] = Field(default=None, description="Median loss of the last fifth of steps.")
-    loss_ratio: Optional[float] = Field(default=None, description="loss_end / loss_start (positive losses).")
+    loss_ratio: Optional[float] = Field(
+        default=None, description="loss_end / loss_start for a positive loss; for a negative one (a policy-gradient "
+                                  "surrogate, a log-likelihood) 1 + (loss_end - loss_start) / |loss_start|, so that "
+                                  "above 1 is always a rise and below 1 a fall, by the same share of its size.")
     loss_min: Optional[float] = None
     loss_max: Optional[float] = None
     log_slope: Optional[float] = Field(default=None, description="Slope of ln(loss) per step.")
@@ -129,6 +132,12 @@ class ReplayOutcome(VerifiedFix):
                                   "(label entropy, target variance), else ln K.")
     level_ratio: Optional[float] = Field(
         default=None, description="loss_end / nothing_level: ~1 is a run that learned nothing.")
+    loss_floor: Optional[float] = Field(
+        default=None, description="The least this loss can score (0 for cross-entropy, MSE, BCE, ...), where "
+                                  "measured: its value on a perfect prediction.")
+    below_floor: bool = Field(default=False, description="The loss went below its floor: a symptom (a term with "
+                                                         "the wrong sign), never a fix.",
+                              json_schema_extra={"ranks": "any"})
 
 
 @dataclass
@@ -164,6 +173,7 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
     """The replay from the restored snapshot, verified against `p.against` when it names one. `loss_fn`,
     when given, trains in place of the run's own (for an experiment that replays on another loss)."""
     session = ctx.session
+    loss_levels(session)  # measured (once) at the checkpoint's weights, before this replay moves them
     setup = session.setup if p.init == "checkpoint" else session.fresh_setup()
     if loss_fn is not None:
         setup = setup.model_copy(update={"loss_fn": loss_fn})
@@ -174,13 +184,34 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
         revive(find_dead_units(setup, session.batches[:8], session.device), setup.optimizer)
     with contextlib.ExitStack() as undo:  # interventions that change the user's objects are put back
         if p.unfreeze:
-            undo.enter_context(unfrozen(setup.model, setup.optimizer))
+            undo.enter_context(unfrozen(setup.model, setup.optimizer, setup.scheduler))
         if p.unsquash:
             undo.enter_context(unsquashed(setup.model))
         peak_ratio = undo.enter_context(held_at_peak(setup.optimizer, ctx.outcomes.get(p.hold_peak_of))) \
             if p.hold_peak_of else None
         trace, clip, skip = _run(ctx, p, setup, peak_ratio, lambda t: _worth_extending(t, ctx, p))
-    return _summarise(trace, setup.model, clip, skip, ctx, p)
+    return _over_the_same_steps(ctx, p, _summarise(trace, setup.model, clip, skip, ctx, p))
+
+
+def _over_the_same_steps(ctx: Context, p: ReplayParams, outcome: "ReplayOutcome") -> "ReplayOutcome":
+    """A fix that went on past the length of the run it is paired with (`extend_to`) is verified against
+    that run replayed as long, once per reference and length: an end at step 120 set against the
+    reference's end at step 40 credits the fix with 80 steps of training the reference never had (a run
+    still warming up gains most of all)."""
+    reference = ctx.outcomes.get(p.against) if p.against else None
+    reference_params = ctx.params.get(p.against) if p.against else None
+    if (reference is None or not isinstance(reference_params, ReplayParams) or not reference.finite
+            or outcome.steps_run <= reference.steps_run):
+        return outcome
+
+    def longer() -> ReplayOutcome:
+        ctx.session.restore()
+        return measure(ctx, reference_params.model_copy(update={"steps": outcome.steps_run, "extend_to": 0}))
+
+    extended = ctx.session.memoised(f"replay {p.against} over {outcome.steps_run} steps", longer)
+    return outcome.model_copy(update=verification(
+        finite=outcome.finite, loss_start=outcome.loss_start, loss_end=outcome.loss_end, reference=extended,
+        against=p.against, levels=loss_levels(ctx.session), margin=p.margin, level_margin=p.level_margin))
 
 
 def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
@@ -276,14 +307,14 @@ def _suggested_ratio(ctx: Context, node: Optional[str]) -> float:
         return 1.0
     ratio = getattr(ctx.outcomes.get(node), "suggested_ratio", None)
     if not ratio or ratio <= 0:
-        raise ValueError(f"node '{node}' measured no suggested_ratio to scale the lr by")
+        raise NotApplicable(f"node '{node}' measured no suggested_ratio to scale the lr by")
     return float(ratio)
 
 
 def _typical_norm(ctx: Context, node: str) -> float:
     norm = getattr(ctx.outcomes.get(node), "grad_norm_start", None)
     if not norm or not math.isfinite(norm) or norm <= 0:
-        raise ValueError(f"node '{node}' measured no typical gradient norm to clip at")
+        raise NotApplicable(f"node '{node}' measured no typical gradient norm to clip at")
     return float(norm)
 
 
@@ -322,7 +353,8 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
     return ReplayOutcome(
         **verification(finite=finite, loss_start=start, loss_end=end, reference=ctx.outcomes.get(p.against),
                        against=p.against, levels=levels, margin=p.margin, level_margin=p.level_margin),
-        nothing_level=nothing,
+        nothing_level=nothing, loss_floor=levels.floor,
+        below_floor=levels.below_floor(min(finite_losses) if finite_losses else None),
         level_ratio=end / nothing if end is not None and nothing and nothing > 0 and finite else None,
         steps_run=len(t.losses), losses=t.losses, grad_norms=t.norms, lrs=t.lrs,
         val_steps=t.val_steps, val_losses=t.val_losses, skipped=skipped,
@@ -330,9 +362,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         first_nonfinite_step=t.first_bad, truncated=t.truncated, first_nonfinite_ranks=t.first_bad_ranks,
         rank_loss_end=[start_end(list(column))[1] for column in zip(*t.rank_losses)],
         loss_start=start, loss_end=end,
-        # A ratio means "how much lower" only for a positive loss; a negative one (an NLL on raw
-        # scores, say) is read through loss_min instead.
-        loss_ratio=end / start if start and start > 0 and end is not None and t.first_bad is None else None,
+        loss_ratio=_ratio(start, end) if t.first_bad is None else None,
         loss_min=min(finite_losses) if finite_losses else None,
         loss_max=max(finite_losses) if finite_losses else None,
         log_slope=_log_slope(finite_losses),
@@ -348,6 +378,14 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         val_start=t.val_losses[0] if t.val_losses else None,
         val_end=t.val_losses[-1] if t.val_losses else None,
     )
+
+
+def _ratio(start: Optional[float], end: Optional[float]) -> Optional[float]:
+    """How much the loss moved, as a share of its start: end / start where the start is positive, the same
+    share of its size where it is negative (-0.41 -> -0.17 is a rise by 59%: 1.59)."""
+    if start is None or end is None or start == 0:
+        return None
+    return end / start if start > 0 else 1 + (end - start) / abs(start)
 
 
 def _log_slope(losses: list[float]) -> Optional[float]:
