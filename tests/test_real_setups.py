@@ -357,3 +357,27 @@ def test_raw_units_under_fp16_are_never_called_a_custom_init_or_an_eps(tmp_path)
     assert "custom" not in report.fix and "eps," not in report.fix, report.fix
     init = report.experiment("init").outcome
     assert init["setup_init_is_default"] is True
+
+
+def test_a_long_window_replays_the_lr_factor_the_search_chose():
+    """The plateau's long window replays a leading candidate's own setting (here the LR factor an lr_search
+    chose) over more steps, against the run replayed as long."""
+    from tests._instrument_runs import classifier_setup, session_of
+    from triage.experiments.base import Context, NotApplicable
+    from triage.experiments.replay import REPLAY, ReplayParams
+    from triage.experiments.search import LrSearchOutcome
+
+    session = session_of(lambda: classifier_setup(lr=1e-4))
+    baseline = ReplayParams(steps=10)
+    ctx = Context(session=session, budget_s=600, params={"baseline": baseline})
+    session.restore()
+    ctx.outcomes["baseline"] = REPLAY.measure(ctx, baseline)
+    chosen = ctx.outcomes["baseline"].model_dump()
+    ctx.outcomes["higher_lr"] = LrSearchOutcome(**chosen, lr_factor=1000.0)
+    session.restore()
+    long = REPLAY.measure(ctx, ReplayParams(steps=30, lr_factor_of="higher_lr", against="baseline"))
+    assert long.lrs[0] == pytest.approx(0.1) and long.steps_run == 30 and long.reference_steps == 30
+    assert long.fix_works
+    session.restore()
+    with pytest.raises(NotApplicable, match="chose no LR factor"):
+        REPLAY.measure(ctx, ReplayParams(steps=5, lr_factor_of="baseline", against="baseline"))

@@ -77,7 +77,7 @@ class Session:
         s = self.setup
         self.snapshot.restore(s.model, s.optimizer, s.scheduler, s.scaler)
 
-    def fresh_setup(self, default_init: bool = False) -> Setup:
+    def fresh_setup(self, default_init: bool = False, at_checkpoint: bool = True) -> Setup:
         """A freshly initialised copy of the run: setup() called again, no checkpoint loaded.
 
         With `default_init`, every module's own `reset_parameters()` replaces whatever init setup()
@@ -86,7 +86,8 @@ class Session:
         A restart is compared with the run at the checkpoint, so it trains as the run was training there:
         its optimizer's hyper-parameters (the LR the run had) and its scheduler's position are the
         checkpoint's, only the weights and the optimizer's moments are fresh. A warmup replayed from step 0
-        would train at a tiny LR and "work" where the run's own LR does not.
+        would train at a tiny LR and "work" where the run's own LR does not. `at_checkpoint=False` keeps
+        setup()'s own step 0 (the LR trace follows the schedule from there).
         """
         # The run's optimizer state is idle while a fresh copy trains, and the engine's next restore puts
         # it back from the snapshot: freed here, a restart never holds two sets of moments at once.
@@ -98,7 +99,7 @@ class Session:
                 if hasattr(module, "reset_parameters"):
                     module.reset_parameters()
         fresh.model.to(self.device)
-        if self.checkpoint is not None:
+        if at_checkpoint and self.checkpoint is not None:
             self._continue_schedule(fresh)
         return self.data_guard.protect(fresh) if self.data_guard is not None else fresh
 

@@ -43,6 +43,9 @@ class ReplayParams(Params):
     skip_outliers_of: Optional[str] = Field(
         default=None, description="Leave out the batches a batch_scan node flagged (its node id).",
         json_schema_extra={"node_runs": "batch_scan"})
+    lr_factor_of: Optional[str] = Field(
+        default=None, description="Multiply the lr by the factor an lr_search node chose (its lr_factor): that "
+                                  "LR replayed over other steps.", json_schema_extra={"node_runs": "lr_search"})
     lr_scale_from: Optional[str] = Field(
         default=None, description="Multiply the lr by the suggested_ratio an lr_range_test node measured.",
         json_schema_extra={"node_runs": "lr_range_test"})
@@ -245,7 +248,8 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
     if p.subset:
         batches = [first_examples(batches[0], p.subset)]
     scale_weight_decay(optimizer, p.wd_scale)
-    lr_scale = p.lr_scale * _suggested_ratio(ctx, p.lr_scale_from) * (peak_ratio or 1.0)
+    lr_scale = p.lr_scale * _suggested_ratio(ctx, p.lr_scale_from) * _chosen_factor(ctx, p.lr_factor_of) \
+        * (peak_ratio or 1.0)
     params = trainable(model)
     trace = _Trace(start_weights=_start_weights(session, setup, p), weight_norm_start=param_vector_norm(model))
     if p.loop == "reference":
@@ -309,6 +313,15 @@ def _suggested_ratio(ctx: Context, node: Optional[str]) -> float:
     if not ratio or ratio <= 0:
         raise NotApplicable(f"node '{node}' measured no suggested_ratio to scale the lr by")
     return float(ratio)
+
+
+def _chosen_factor(ctx: Context, node: Optional[str]) -> float:
+    if node is None:
+        return 1.0
+    factor = getattr(ctx.outcomes.get(node), "lr_factor", None)
+    if not factor or factor <= 0:
+        raise NotApplicable(f"node '{node}' chose no LR factor to replay")
+    return float(factor)
 
 
 def _typical_norm(ctx: Context, node: str) -> float:
