@@ -160,7 +160,9 @@ def _with_stand_ins(optimizer: torch.optim.Optimizer, stand_ins: list[list[torch
     their stand-ins: the probe's step must never reach the run's own tensors."""
     real = [p for group in optimizer.param_groups for p in group["params"]]
     swap = {id(p): s for p, s in zip(real, (s for group in stand_ins for s in group))}
-    attributes = dict(optimizer.__dict__)
+    # Methods set on the instance (an LR scheduler wraps `step` this way) would step the run's optimizer: the
+    # copy takes its class's own.
+    attributes = {k: v for k, v in optimizer.__dict__.items() if not callable(v) or isinstance(v, torch.Tensor)}
     for key, value in attributes.items():
         if isinstance(value, (list, tuple)) and value and all(id(v) in swap for v in value):
             attributes[key] = type(value)(swap[id(v)] for v in value)
