@@ -204,3 +204,18 @@ def test_an_optimizer_that_wraps_another_is_loaded_without_stepping_the_run_s_we
     session = session_from_factory(setup, checkpoint=_checkpoint(saved))
     for key, value in session.setup.model.state_dict().items():
         assert torch.equal(value, saved.model.state_dict()[key]), key
+
+
+def test_a_scheduler_s_wrapped_step_does_not_hide_the_optimizer_s_state():
+    """A scheduler wraps step() on the optimizer instance; the probe must still measure Adam's own state (and
+    so refuse Adamax's, which lacks exp_avg_sq)."""
+    saved = _trained(_factory("Adamax"))
+
+    def with_schedule():
+        s = _factory("Adam")()
+        scheduler = torch.optim.lr_scheduler.StepLR(s.optimizer, step_size=1)
+        return triage.Setup(model=s.model, optimizer=s.optimizer, scheduler=scheduler, loss_fn=_loss,
+                            batches=s.batches)
+
+    with pytest.raises(CheckpointError, match="without exp_avg_sq, which this optimizer keeps"):
+        session_from_factory(with_schedule, checkpoint=_checkpoint(saved))
