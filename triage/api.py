@@ -54,15 +54,21 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
     one at a time on one thread, the differential's wall time down by a fifth to a half.
     """
     with ahead or contextlib.nullcontext():  # the drawer is closed however this ends
+        _check_seed(seed)
+        # The folders used after setup() runs, fixed before it does: a setup() that calls os.chdir must not move
+        # them (the checkpoint, history and playbook are read before it; a DCP folder is kept absolute).
+        started_in = Path.cwd()
+        shown_out = Path(out) if out else default_out_dir()
+        out, snapshot_dir = started_in / shown_out, _absolute(snapshot_dir)
         # the playbook is validated before anything runs
         book = with_steps(load_playbook(playbook, trust_imports=trust_playbook), steps)
         with joined(rank_timeout) as ranks:  # under torchrun: the process group, up before setup() runs
             session = open_on_every_rank(ranks, lambda: open_session(
                 entry, checkpoint, seed=seed, history_path=history, trust_checkpoint=trust_checkpoint,
                 history_keys=(history_loss, history_val), snapshot_dir=snapshot_dir))
-            out = Path(out) if out else default_out_dir()
             if ranks.writes_report:
-                out = _writable_dir(out)
+                out = _writable_dir(out, shown_out)
+                _retire_previous_report(out)
             name = entry if isinstance(entry, str) else entry_name(entry)
             command = command or _command(name, checkpoint, playbook, steps, seed, ranks.world_size)
             where = str(checkpoint) if checkpoint else None
@@ -72,7 +78,9 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
             writes = ranks.rank == min(set(range(ranks.world_size)) - set(result.silent_ranks))
             if writes and journal is not None:
                 journal.finish(report)
-            files = write_report(report, _writable_dir(out)) if writes else {}
+            files = write_report(report, _writable_dir(out, shown_out)) if writes else {}
+            if Path.cwd() == started_in:  # the paths as the user gave them (absolute where setup() moved away)
+                files = {name: shown_out / path.relative_to(out) for name, path in files.items()}
     if result.status == "interrupted":
         raise Interrupted(report, files)
     return report, files
@@ -136,10 +144,37 @@ def with_steps(book: Playbook, steps: Optional[int]) -> Playbook:
     return dataclasses.replace(book, params=params)
 
 
-def _writable_dir(out: Path) -> Path:
-    """Fail before the experiments, not after them, when the report cannot be written."""
+def _absolute(path: Optional[Path]) -> Optional[Path]:
+    """`path` against the folder triage was started in (None stays None)."""
+    return Path.cwd() / Path(path) if path is not None else None
+
+
+def _check_seed(seed: int) -> None:
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
+        raise TriageError(f"Expected the seed to be a whole number from 0 to {2**32 - 1} (numpy's seeds are 32-bit), "
+                          f"found {seed!r}. Pass a seed in that range, e.g. 0.")
+
+
+# What a report folder holds: the previous run's, removed before this run's walk (report.json is rewritten
+# after every experiment), so that a run killed half-way never leaves an older verdict looking current.
+REPORT_FILES = ("report.html", "summary.md", "report.json")
+
+
+def _retire_previous_report(out: Path) -> None:
+    for name in REPORT_FILES:
+        try:
+            (out / name).unlink(missing_ok=True)
+        except OSError as exc:
+            raise TriageError(f"Expected to replace the previous report in --out '{out}', found '{name}' cannot be "
+                              f"removed ({exc.strerror or exc}). Pass another --out, or remove it.") from None
+
+
+def _writable_dir(out: Path, shown: Optional[Path] = None) -> Path:
+    """Fail before the experiments, not after them, when the report cannot be written. `shown`: the path as
+    the user gave it, for messages."""
+    shown = shown or out
     if out.exists() and not out.is_dir():
-        raise TriageError(f"Expected --out '{out}' to be a folder (or not to exist yet), found a file there. "
+        raise TriageError(f"Expected --out '{shown}' to be a folder (or not to exist yet), found a file there. "
                           "Pass a folder path; triage creates it.")
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -147,7 +182,7 @@ def _writable_dir(out: Path) -> Path:
         probe.touch()
         probe.unlink()
     except OSError as exc:
-        raise TriageError(f"Expected --out '{out}' to be a folder triage can write, found it cannot "
+        raise TriageError(f"Expected --out '{shown}' to be a folder triage can write, found it cannot "
                           f"({exc.strerror or exc}). Pass another folder.") from None
     return out
 

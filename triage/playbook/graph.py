@@ -157,7 +157,33 @@ def _parse_yaml(text: str, path: Path) -> tuple[Any, dict[str, int], dict[str, i
         line = f":{mark.line + 1}" if mark else ""
         raise PlaybookError(f"Playbook {path}{line}: expected valid YAML, found a syntax error "
                             f"({getattr(exc, 'problem', exc)}). Fix the YAML there.") from None
+    twice = _first_duplicate_key(root)
+    if twice:
+        key, first, second, inside = twice
+        what = f"node '{key}'" if inside == "nodes" else f"the key '{key}'" + (f" (under '{inside}')" if inside else "")
+        raise PlaybookError(f"Playbook {path}:{second}: expected each key once in a mapping, found {what} at lines "
+                            f"{first} and {second}; YAML would silently keep the later one. Rename or remove one.")
     return (data, *_node_lines(root))
+
+
+def _first_duplicate_key(root: Any) -> Optional[tuple[str, int, int, str]]:
+    """(key, first line, second line, the key of the mapping holding it) of the first key a YAML mapping
+    holds twice; None when there is none. Iterative: the nesting is bounded (limits.py) but not small."""
+    stack = [(root, "")]
+    while stack:
+        node, inside = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key, value in node.value:
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else None
+                if name is not None and name in seen and name != "<<":
+                    return name, seen[name], key.start_mark.line + 1, inside
+                if name is not None:
+                    seen[name] = key.start_mark.line + 1
+                stack.append((value, name or inside))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, inside) for item in node.value)
+    return None
 
 
 def _node_lines(root: Any) -> tuple[dict[str, int], dict[str, int]]:

@@ -98,6 +98,8 @@ class CheckpointInfo(_Frozen):
     path: Optional[str]
     layout: Optional[str]
     step: Optional[int]
+    step_source: Optional[str] = Field(default=None, description="Where the step was read, e.g. the "
+                                                                 "checkpoint's 'iter_num'.")
 
 
 class Report(_Frozen):
