@@ -198,7 +198,13 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
         if deadline is not None and current_ranks().any(time.perf_counter() >= deadline):
             raise CeilingReached(run_id, None)
         listener.started(run_id, playbook.experiments[run_id], title)
-        run, outcome = run_experiment(session, playbook, run_id, outcomes, listener, deadline)
+        same = _same_measurement(playbook, run_id, runs, facts.has_val)
+        if same is not None:  # from the same snapshot and seed: the very figures, not worth a second run
+            run, outcome = runs[same].model_copy(update={
+                "node": run_id, "params": playbook.params[run_id].model_dump(mode="json"), "seconds": 0.0,
+                "same_as": same}), outcomes[same]
+        else:
+            run, outcome = run_experiment(session, playbook, run_id, outcomes, listener, deadline)
         record(run, outcome)
         return run
 
@@ -298,6 +304,17 @@ def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: di
                         seconds=round(seconds, 3),
                         outcome=_as_json(outcome) if outcome is not None else None, per_rank=settled.per_rank)
     return run, outcome
+
+
+def _same_measurement(playbook: Playbook, node: str, runs: dict[str, ExperimentRun], has_val: bool) -> Optional[str]:
+    """An earlier node that measured exactly what `node` would: the same experiment, the same parameters
+    as they act in this session (a replay's val_every does nothing without validation data)."""
+    name = playbook.experiments[node]
+    experiment = playbook.registry.get(name)
+    acting = experiment.acting_params(playbook.params[node], has_val)
+    return next((other for other, run in runs.items()
+                 if run.status == "ok" and run.same_as is None and playbook.experiments.get(other) == name
+                 and experiment.acting_params(playbook.params[other], has_val) == acting), None)
 
 
 def _cut_reason(reached: CeilingReached, max_seconds: Optional[float]) -> str:

@@ -90,3 +90,11 @@ class Experiment:
     outcome: type[Outcome]
     measure: Callable[[Context, Any], Outcome]
     views: tuple[View, ...] = ()
+    # Parameters that change nothing in a session without validation data (a replay's val_every): two
+    # nodes whose parameters differ only there measure the same thing, and the engine runs it once.
+    idle_without_val: tuple[str, ...] = ()
+
+    def acting_params(self, params: Params, has_val: bool) -> dict[str, Any]:
+        """The parameters as they act in a session: what makes two runs of it the same measurement."""
+        acting = params.model_dump(mode="json")
+        return acting if has_val else {k: v for k, v in acting.items() if k not in self.idle_without_val}

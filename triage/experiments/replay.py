@@ -416,4 +416,5 @@ REPLAY = Experiment(
     outcome=ReplayOutcome,
     measure=measure,
     views=REPLAY_VIEWS,
+    idle_without_val=("val_every",),
 )
