@@ -139,3 +139,14 @@ def test_max_minutes_must_be_a_positive_number(value, tmp_path):
                                       "--max-minutes", value])
     assert result.exit_code == 2
     assert "Expected --max-minutes to be a positive number of minutes" in result.output
+
+
+def test_the_command_line_says_what_the_ceiling_cut_and_exits_3(tmp_path):
+    result = CliRunner().invoke(app, ["run", "--entry", "tests.tiny:mlp_setup", "--out", str(tmp_path),
+                                      "--output", "quiet", "--max-minutes", "0.000001"])
+    assert result.exit_code == 3, result.output
+    assert "the walk stopped: the --max-minutes ceiling" in result.output
+    report = json.loads((tmp_path / "report.json").read_text())
+    [cut] = report["cut"]
+    assert f"passed before '{cut}' began" in report["stopped"]
+    assert report["confidence"] == "low" and cut not in {e["node"] for e in report["experiments"]}
