@@ -12,6 +12,7 @@ from tests.tiny import mlp_setup
 from triage import api
 from triage.cli import app
 from triage.engine import walk
+from triage.errors import PlaybookError
 from triage.experiments import base
 from triage.playbook import load_playbook
 from triage.session import session_from_factory
@@ -150,3 +151,11 @@ def test_the_command_line_says_what_the_ceiling_cut_and_exits_3(tmp_path):
     [cut] = report["cut"]
     assert f"passed before '{cut}' began" in report["stopped"]
     assert report["confidence"] == "low" and cut not in {e["node"] for e in report["experiments"]}
+
+
+def test_a_playbook_may_not_decide_on_an_experiments_wall_time(tmp_path):
+    book = tmp_path / "seconds.yaml"
+    book.write_text(LONG.replace("    otherwise: fine", "    branches:\n      - when: base.seconds > 10\n"
+                                                       "        goto: fine\n    otherwise: fine"))
+    with pytest.raises(PlaybookError, match="reads 'base.seconds'.*must not depend on how fast the machine is"):
+        load_playbook(book)

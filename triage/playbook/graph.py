@@ -386,6 +386,11 @@ class _Refs:
 
     def field(self, ref: str, field: str, at: str, what: str) -> None:
         outcome = self.registry.get(self.experiments[ref]).outcome
+        if field == "seconds":
+            raise PlaybookError(self.where.say(at, f"{what} reads '{ref}.seconds', the experiment's wall time: a "
+                                                   "decision must not depend on how fast the machine is (the same "
+                                                   "checkpoint gets the same verdict everywhere). Read what it "
+                                                   "measured instead, in steps of the run (steps_run, ...)."))
         if field not in outcome.model_fields and field not in RUN_FIELDS:
             raise PlaybookError(self.where.say(at, f"{what}: '{ref}' runs '{self.experiments[ref]}', whose "
                                                    f"outcome has no field '{field}'. "
