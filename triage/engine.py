@@ -332,7 +332,7 @@ def _cut_leaf(reached: CeilingReached, reason: str, max_seconds: Optional[float]
         confidence="low",
         fix=(f"No verdict: {reason}. A cut experiment is unmeasured, not ruled out, so the walk stopped there; "
              "the experiments before it are reported as measured. Re-run with a larger --max-minutes "
-             f"(this walk needs more than {_minutes(max_seconds)}), or without it, to let every experiment "
+             f"(this walk needs more than {_minutes(max_seconds)} min), or without it, to let every experiment "
              "run its steps."),
         evidence=[reached.node] if reached.run is not None else [])
 
