@@ -1,22 +1,24 @@
 """A verdict at every model size: triage on a small GPT-style language model at ~1M, ~8M, ~40M parameters.
 
     python benchmarks/scale.py                       # 1M, 8M and 40M, healthy and LR too high, on one thread
-    python benchmarks/scale.py --sizes 1M            # one size (CI: --sizes tiny, seconds)
+    python benchmarks/scale.py --sizes 1M            # one size; --sizes tiny (0.17M) for CI: 1-2 minutes
     python benchmarks/scale.py --sizes 300M --device cuda
 
 The model is plain torch: token and position embeddings, pre-norm blocks (LayerNorm -> causal
 self-attention, LayerNorm -> 4x MLP with GELU), a final LayerNorm and an untied head; AdamW (weight decay
 0.1), no schedule. The data is made here: token sequences of a fixed random Markov chain over 512 tokens
 (each token has 8 likely successors), batch 16 x 128 tokens, a snapshot of 16 batches the run cycles
-through. For each size and run (healthy: lr 1e-3; lr_high: lr 0.1, which a transformer under AdamW does
-not survive) it trains the run for --train-steps steps from init, saves a checkpoint (model, AdamW state,
-step, loss history), times one plain training step of the same model and batch on the same thread (the
-median of 10 after 3 warm-ups), then triages the checkpoint in a fresh process as `triage run` does
-(candidates two at a time where a fork is allowed) and prints:
+through. For each size and run (healthy: lr 1e-3; lr_high: lr 0.1, at which the model spikes and then
+sits at the loss of learning nothing) it trains the run for --train-steps steps from init, saves a
+checkpoint (model, AdamW state, step, loss history), times one plain training step of the same model and
+batch on the same thread (the median of 10 after 3 warm-ups; --threads sets the threads of both), then
+triages the checkpoint in a fresh process as `triage run` does (candidates two at a time where a fork is
+allowed) and prints:
 
 - verdict and confidence, and whether the verdict is the one expected (healthy / lr_too_high);
-- step-equivalents: triage.run's wall time (load, walk, report) over one plain training step
-  (the process's start, Python and torch imports, is printed apart: it does not grow with the model);
+- step-equivalents: triage.run's wall time (load, walk, report) over one plain training step (the
+  process's start, Python and torch imports, is left out: --json gives it as startup_s);
+- the replay steps the walk ran (each experiment's steps_run; one whose figures were another's counts 0);
 - peak memory: the triage process's peak resident set (VmHWM) and its forked copy's (ru_maxrss of its
   children), against the checkpoint's size on disk.
 
@@ -197,13 +199,13 @@ def _vm_hwm_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(size: str, run: str, device: str, train_steps: int, folder: Path, max_minutes) -> dict:
+def measure(size: str, run: str, device: str, train_steps: int, folder: Path, max_minutes, threads: int = 1) -> dict:
     checkpoint = folder / f"{size}-{run}.pt"
     losses, step_s, params = train(size, run, device, train_steps, checkpoint)
     t0 = time.perf_counter()
     child = subprocess.run([sys.executable, __file__, "--_one", size, run, device, str(checkpoint),
-                            str(folder / f"{size}-{run}"), json.dumps(max_minutes)],
-                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            str(folder / f"{size}-{run}"), json.dumps(max_minutes), str(threads)],
+                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
     if child.returncode != 0:
         raise SystemExit(f"triage of {size}/{run} failed:\n{child.stderr[-3000:]}")
     result = json.loads(child.stdout.strip().splitlines()[-1])
@@ -233,6 +235,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (required for 300M)")
     parser.add_argument("--train-steps", type=int, default=80, help="steps the run trains before its checkpoint")
     parser.add_argument("--max-minutes", type=float, default=None, help="triage's ceiling (default: none)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, for training and triage alike")
     parser.add_argument("--keep", type=Path, default=None, help="keep checkpoints and reports here")
     parser.add_argument("--json", action="store_true", help="print one JSON line per case as well")
     args = parser.parse_args(argv)
@@ -242,8 +245,8 @@ def main(argv=None) -> int:
         parser.error(f"expected sizes from {list(SIZES)} and runs from {list(RUNS)}, found {unknown}")
     if "300M" in sizes and not args.device.startswith("cuda"):
         parser.error("300M trains only with --device cuda (on one CPU thread it would take hours)")
-    _torch().set_num_threads(1)
-    print(f"load: {os.getloadavg()[0]:.2f} (1 min average) on {os.cpu_count()} cores; device {args.device}")
+    _torch().set_num_threads(args.threads)
+    print(f"threads {args.threads}; load: {os.getloadavg()[0]:.2f} (1 min average) on {os.cpu_count()} cores; device {args.device}")
     print(HEADER, flush=True)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -251,7 +254,7 @@ def main(argv=None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         for size in sizes:
             for run in runs:
-                result = measure(size, run, args.device, args.train_steps, folder, args.max_minutes)
+                result = measure(size, run, args.device, args.train_steps, folder, args.max_minutes, args.threads)
                 results.append(result)
                 print(_row(result), flush=True)
                 if args.json:
@@ -262,8 +265,8 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--_one":
-        size, run, device, checkpoint, out, ceiling = sys.argv[2:8]
-        _torch().set_num_threads(1)
+        size, run, device, checkpoint, out, ceiling, threads = sys.argv[2:9]
+        _torch().set_num_threads(int(threads))
         print(json.dumps(triage_one(size, run, device, Path(checkpoint), Path(out), json.loads(ceiling))))
     else:
         sys.exit(main())
