@@ -73,6 +73,7 @@ def test_the_ceiling_cuts_the_experiment_in_flight_and_the_report_names_it(tmp_p
     assert 0 < run.outcome["steps_run"] < 100000
     assert f"cut 'base' after {run.outcome['steps_run']} of its 100000 steps" in report.stopped
     assert "--max-minutes" in report.fix and "not ruled out" in report.fix
+    assert "could not be replayed" not in report.title and "traceback" not in report.fix  # it was cut, not broken
     saved = json.loads(files["json"].read_text())
     assert saved["cut"] == ["base"] and saved["confidence"] == "low"
     assert "cut 'base'" in files["md"].read_text()
