@@ -36,7 +36,8 @@ class LrTraceOutcome(Outcome):
                                                        "peak (a low LR before it is warmup, not decay).")
     lr_end: Optional[float] = Field(default=None, description="The LR at the end of the trace.")
     horizon: int = Field(description="Steps the trace was meant to cover.")
-    truncated: bool = Field(default=False, description="The schedule ended early or time ran out.")
+    truncated: bool = Field(default=False, description="The schedule ended early, or the walk's ceiling "
+                                                          "(--max-minutes) cut the trace.")
 
 
 def measure(ctx: Context, p: LrTraceParams) -> LrTraceOutcome:
