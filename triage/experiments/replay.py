@@ -21,8 +21,10 @@ from triage.experiments.inits import InitKind, apply_init
 from triage.experiments.dead_units import find_dead_units, revive
 from triage.experiments.interventions import held_at_peak, swap_saturating, unfrozen, unsquashed
 from triage.experiments.levels import loss_levels
-from triage.experiments.training import (autocast, current_lr, grad_norm, grad_scaler, loss_value,
-                                         param_vector_norm, reference_step, scale_weight_decay, scaled_lr,
+from triage.experiments.own_step import Candidate, OwnStep
+from triage.experiments.schedule import RunSchedule
+from triage.experiments.training import (autocast, current_lr, grad_scaler, loss_value,
+                                         param_vector_norm, reference_step, scale_weight_decay,
                                          start_end, trainable)
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, VerifiedFix, verification
 from triage.views import Curve, Line
@@ -58,7 +60,11 @@ class ReplayParams(Params):
                                                          "snapshot (their producing rows), keep the rest.")
     swap_saturating: bool = Field(default=False, description="Replace sigmoid/tanh activations by ReLU (on a "
                                                              "restart only: init other than checkpoint).")
-    loop: Literal["reference", "user"] = Field(default="reference", description="Whose step to run.")
+    loop: Literal["auto", "reference", "user"] = Field(
+        default="auto", description="Whose step to run. auto: the run's own train_step where it has one (the "
+                                    "candidate's change reached inside it), else triage's reference loop.")
+    lr_of: Optional[str] = Field(default=None, description="With several optimizers (Setup.optimizers): scale "
+                                                           "the LR of this one only (None: all of them).")
     init: InitKind = Field(
         default="checkpoint", description="Start from the checkpoint, from setup() called again (its own "
                                           "init), or from setup()'s model re-initialised: default "
@@ -89,6 +95,19 @@ class ReplayParams(Params):
 
 class ReplayOutcome(VerifiedFix):
     steps_run: int
+    loop_used: Literal["reference", "user"] = Field(
+        default="reference", description="user: the run's own train_step drove the replay; reference: "
+                                         "triage's loop on loss_fn.")
+    loop_note: Optional[str] = Field(default=None, description="Why the replay ran on the reference loop "
+                                                                "although the run has its own train_step.")
+    applicable: bool = Field(default=True, description="The candidate's change reached the run's step. False: "
+                                                       "not_applicable, nothing is concluded from it.")
+    not_applicable: Optional[str] = Field(default=None, description="What could not reach the run's step, and why.")
+    optimizer_steps: Optional[int] = Field(
+        default=None, description="Optimizer steps the run's own step took (fewer than steps_run under "
+                                  "gradient accumulation or skipped GradScaler steps); None on the reference loop.")
+    scheduler_steps: int = Field(default=0, description="Times triage stepped the run's scheduler (per step, "
+                                                        "per epoch, or on the loss for ReduceLROnPlateau).")
     losses: list[float] = Field(description="Training loss per step.")
     grad_norms: list[float] = Field(description="Global gradient norm per step, before clipping.")
     lrs: list[float] = Field(description="Learning rate per step.")
@@ -146,6 +165,11 @@ class _Trace:
     first_bad: Optional[int] = None
     first_bad_ranks: list[int] = field(default_factory=list)
     truncated: bool = False
+    loop_used: str = "reference"
+    loop_note: Optional[str] = None
+    not_applicable: list[str] = field(default_factory=list)
+    optimizer_steps: Optional[int] = None
+    scheduler_steps: int = 0
 
     def record(self, rows: list[list[float]]) -> tuple[float, float]:
         """One step's (loss, gradient norm, ...) on every rank. The step's figures are their means (a DDP step
@@ -179,8 +203,22 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
             undo.enter_context(unsquashed(setup.model))
         peak_ratio = undo.enter_context(held_at_peak(setup.optimizer, ctx.outcomes.get(p.hold_peak_of))) \
             if p.hold_peak_of else None
-        trace, clip, skip = _run(ctx, p, setup, peak_ratio, lambda t: _worth_extending(t, ctx, p))
+        own = _own_loop(setup, p, other_loss=loss_fn is not None)
+        trace, clip, skip = _run(ctx, p, setup, peak_ratio, lambda t: _worth_extending(t, ctx, p), own)
     return _summarise(trace, setup.model, clip, skip, ctx, p)
+
+
+def _own_loop(setup, p: ReplayParams, other_loss: bool) -> tuple[bool, Optional[str]]:
+    """Whether the run's own train_step drives this replay, and, where it has one but does not, why."""
+    if p.loop == "reference" or setup.train_step is None:
+        return False, None
+    if other_loss:
+        if p.loop == "user":
+            raise ValueError("a replay on another loss runs triage's reference loop: the run's train_step "
+                             "computes its own loss")
+        return False, ("this replay trains on another loss than the run's, which its train_step cannot take: "
+                       "it ran on triage's reference loop (zero_grad, forward, backward, step) with loss_fn")
+    return True, None
 
 
 def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
@@ -199,10 +237,11 @@ def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
                             level_margin=p.level_margin)["fix_works"]
 
 
-def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep_going):
+def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep_going,
+         own: tuple[bool, Optional[str]] = (False, None)):
     session = ctx.session
     model, optimizer = setup.model, setup.optimizer
-    scheduler = setup.scheduler if peak_ratio is None else None  # a held LR does not follow the schedule
+    held = peak_ratio is not None  # a held LR does not follow the schedule
     precision = p.precision or setup.precision
     clip = None if p.no_clip else (p.clip if p.clip is not None else setup.grad_clip)
     if p.clip_at_norm_of:
@@ -213,12 +252,49 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
     batches = [b for i, b in enumerate(session.batches) if i not in skip] or session.batches[:1]
     if p.subset:
         batches = [first_examples(batches[0], p.subset)]
-    scale_weight_decay(optimizer, p.wd_scale)
     lr_scale = p.lr_scale * _suggested_ratio(ctx, p.lr_scale_from) * (peak_ratio or 1.0)
+    user, note = own[0] or p.loop == "user", own[1]
+    trace = _Trace(start_weights=_start_weights(session, setup, p), weight_norm_start=param_vector_norm(model),
+                   loop_used="user" if user else "reference", loop_note=note)
+    if not user and p.lr_of is not None:
+        trace.not_applicable.append(f"the LR of '{p.lr_of}' alone: only the run's own train_step steps "
+                                    "optimizers one by one")
+    if user and setup.manual_update and p.wd_scale != 1.0:
+        trace.not_applicable.append("the weight decay: train_step updates the weights itself, with no "
+                                    "optimizer whose param groups hold a weight decay")
+    if trace.not_applicable:
+        return trace, clip, skip
+    scale_weight_decay(optimizer, p.wd_scale)
+    schedule = RunSchedule(None if held else setup.scheduler, setup.scheduler_interval, setup.steps_per_epoch,
+                           getattr(session.checkpoint, "step", None))
     params = trainable(model)
-    trace = _Trace(start_weights=_start_weights(session, setup, p), weight_norm_start=param_vector_norm(model))
-    if p.loop == "reference":
-        model.train()  # the user's loop keeps whatever mode it sets: that may be the bug
+    with contextlib.ExitStack() as stack:
+        if user:
+            candidate = Candidate(lr_scale=lr_scale, lr_of=p.lr_of, clip=clip,
+                                  changes_clip=p.no_clip or p.clip is not None or p.clip_at_norm_of is not None
+                                  or p.clip_scale != 1.0, clip_scale=p.clip_scale,
+                                  precision=p.precision if p.precision and p.precision != setup.precision else None)
+            step_own = stack.enter_context(OwnStep(setup, candidate, params, session.device).installed())
+            trace.optimizer_steps = 0
+        else:
+            model.train()  # the user's loop keeps whatever mode it sets: that may be the bug
+        _steps(ctx, p, setup, batches, trace, keep_going, schedule, lr_scale,
+               own=step_own if user else None,
+               reference=lambda batch: reference_step(setup, batch, precision, clip, scaler, session.device,
+                                                      params, lr_scale),
+               scaler_free=scaler is None)
+        if user:
+            trace.not_applicable += step_own.unreached(len(trace.losses))
+    trace.scheduler_steps = schedule.scheduler_steps
+    return trace, clip, skip
+
+
+def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_going, schedule: RunSchedule,
+           lr_scale: float, own: Optional[OwnStep], reference, scaler_free: bool) -> None:
+    """The replay's steps, one batch each, until `p.steps` (or `extend_to`), the first non-finite step, or
+    the budget. Each step is the run's own train_step (`own`) or the reference step; the scheduler is
+    stepped after each optimizer step, as the run stepped it, unless the run's step stepped it itself."""
+    session, optimizer = ctx.session, setup.optimizer
     over_budget = ctx.out_of_time()
     for step in range(max(p.steps, p.extend_to)):
         if step == p.steps and not keep_going(trace):
@@ -227,30 +303,33 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
             trace.truncated = True
             break
         batch = batches[step % len(batches)]
-        trace.lrs.append(current_lr(optimizer) * lr_scale)
-        if p.loop == "user":
-            with scaled_lr(optimizer, lr_scale):
-                loss = loss_value(setup.train_step(model, optimizer, batch))
-            norm = grad_norm(params)
+        if own is not None:
+            figures = own(batch)
+            loss, norm = figures.loss, figures.norm
+            trace.lrs.append(figures.lr)
+            trace.optimizer_steps += figures.stepped
+            if figures.stepped and not figures.scheduler_stepped_by_loop:
+                schedule.after_step(loss)
         else:
-            loss, norm = reference_step(setup, batch, precision, clip, scaler, session.device, params,
-                                        lr_scale)
-            if scheduler is not None:
-                scheduler.step()
+            trace.lrs.append(current_lr(optimizer) * lr_scale)
+            loss, norm = reference(batch)
+            schedule.after_step(loss)
         # One collective a step: every rank's figures, and whether any rank is past the budget.
         rows = ctx.ranks.gather_floats((loss, norm, float(ctx.past_budget())))
         loss, norm = trace.record(rows)
         over_budget = any(row[2] for row in rows)
         if p.val_every and session.val_batches and (step + 1) % p.val_every == 0:
             trace.val_steps.append(step + 1)
-            trace.val_losses.append(ctx.ranks.mean(_val_loss(setup, session.val_batches, precision, session.device)))
+            trace.val_losses.append(ctx.ranks.mean(_val_loss(setup, session.val_batches, p.precision or
+                                                             setup.precision, session.device)))
         ctx.progress(step + 1, max(p.steps, step + 1))
         # Under a GradScaler an inf gradient is routine (the step is skipped); elsewhere it is fatal.
-        if not math.isfinite(loss) or (scaler is None and not math.isfinite(norm)):
+        # The run's own step may hold a scaler triage does not see: there a finite loss is what counts.
+        fatal_norm = scaler_free and own is None and not math.isfinite(norm)
+        if not math.isfinite(loss) or fatal_norm:
             trace.first_bad = step
-            trace.first_bad_ranks = _nonfinite_ranks(rows, scaler is None) if len(rows) > 1 else []
+            trace.first_bad_ranks = _nonfinite_ranks(rows, scaler_free) if len(rows) > 1 else []
             break
-    return trace, clip, skip
 
 
 def _start_weights(session, setup, p: ReplayParams) -> list[torch.Tensor]:
@@ -319,9 +398,16 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
     finite = t.first_bad is None and ended_finite
     levels = loss_levels(ctx.session)
     nothing = levels.nothing_learned
+    verified = verification(finite=finite, loss_start=start, loss_end=end, reference=ctx.outcomes.get(p.against),
+                            against=p.against, levels=levels, margin=p.margin, level_margin=p.level_margin)
+    if t.not_applicable and verified:  # not tried: neither a fix nor ruled out
+        verified = {**verified, "better": None, "sane": None, "fix_works": None, "improvement": None}
     return ReplayOutcome(
-        **verification(finite=finite, loss_start=start, loss_end=end, reference=ctx.outcomes.get(p.against),
-                       against=p.against, levels=levels, margin=p.margin, level_margin=p.level_margin),
+        **verified,
+        loop_used=t.loop_used, loop_note=t.loop_note, applicable=not t.not_applicable,
+        not_applicable=("The run's own train_step does not let this candidate in: " + "; ".join(t.not_applicable)
+                        + ". Not tried: nothing is concluded from it.") if t.not_applicable else None,
+        optimizer_steps=t.optimizer_steps, scheduler_steps=t.scheduler_steps,
         nothing_level=nothing,
         level_ratio=end / nothing if end is not None and nothing and nothing > 0 and finite else None,
         steps_run=len(t.losses), losses=t.losses, grad_norms=t.norms, lrs=t.lrs,
