@@ -5,7 +5,7 @@ The field names are a fixed contract: other code and tests rely on them.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Literal, Optional, Union
+from typing import Any, Callable, Iterable, Literal, Optional
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator

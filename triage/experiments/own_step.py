@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 import torch
@@ -49,6 +49,7 @@ class StepFigures:
     lr: float  # the LR its (first) optimizer step used, the candidate's factor included
     stepped: bool  # an optimizer step ran (or, with no optimizer object, the weights moved)
     scheduler_stepped_by_loop: bool
+    returned_has_grad: Optional[bool] = None  # the returned loss is part of a graph (None: not a tensor)
 
 
 @dataclass
@@ -97,7 +98,8 @@ class OwnStep:
         by_loop = scheduler_position(setup.scheduler) != position
         self.reach.scheduler_by_loop += by_loop
         return StepFigures(loss=_as_loss(returned), norm=norm, lr=lr, stepped=stepped,
-                           scheduler_stepped_by_loop=by_loop)
+                           scheduler_stepped_by_loop=by_loop,
+                           returned_has_grad=returned.requires_grad if isinstance(returned, torch.Tensor) else None)
 
     @contextlib.contextmanager
     def installed(self) -> Iterator["OwnStep"]:
