@@ -19,7 +19,7 @@ from triage.views import Curve, Line
 from triage.experiments.own_step import Candidate, OwnStep
 from triage.experiments.training import (autocast, grad_norm, grad_scaler, reference_step,
                                          start_end, trainable, untouched_buffers_and_rng)
-from triage.optimizer_set import ManualUpdate
+from triage.optimizer_set import ManualUpdate, OptimizerSet
 from triage.experiments.user_source import display_path
 
 
@@ -268,8 +268,12 @@ class _UserStepWatch:
         if self.stepped_this_call:  # the second optimizer of a set in the same call: its window is gone
             return
         self.stepped_this_call = True
-        seen = grad_norm(self.params)
+        seen = grad_norm(_params_of(optimizer))
         self.max_step_grad = max(self.max_step_grad, seen)
+        if isinstance(self.optimizer, OptimizerSet):
+            # Each optimizer of a set minimises its own loss (a GAN's G and D): loss_fn's gradient is no
+            # fresh counterpart of what it was given, so no ratio is measured.
+            return
         fresh = _norm(_added(self._window, self.pending) if self.pending is not None else self._window)
         self._ratio = seen / fresh if fresh > 0 else None
 
@@ -287,6 +291,10 @@ class _UserStepWatch:
     def _on_grad(self, grad: torch.Tensor) -> None:
         if self._active:
             self.grad_events += 1
+
+
+def _params_of(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [q for group in optimizer.param_groups for q in group["params"]]
 
 
 def _fresh_grads(setup, batch: Any, params: list[torch.nn.Parameter], device: torch.device) -> list[torch.Tensor]:
