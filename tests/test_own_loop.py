@@ -278,3 +278,20 @@ def test_sparse_adam_replays_and_clips_sparse_gradients(params):
     assert out.finite and out.steps_run == 5 and all(math.isfinite(n) and n > 0 for n in out.grad_norms)
     if params.get("clip"):
         assert out.clipped_fraction == 1.0
+
+
+def test_the_lr_trace_of_a_per_epoch_scheduler_holds_each_epoch():
+    from triage.experiments.lr_trace import LR_TRACE
+
+    out = run(LR_TRACE, session_of(lambda: per_epoch_setup(scheduler_interval="epoch", steps_per_epoch=8,
+                                                           total_steps=24)))
+    by_step = dict(zip(out.steps, out.lrs))
+    assert by_step[0] == by_step[7] == 1.0
+    assert by_step[8] == pytest.approx(0.7) and by_step[23] == pytest.approx(0.49) and out.lr_end == pytest.approx(0.343)
+
+
+def test_locate_steps_lbfgs_with_its_closure():
+    from triage.experiments.locate import LOCATE_NONFINITE as LOCATE
+
+    out = run(LOCATE, session_of(lbfgs_setup), steps=3)
+    assert not out.found and out.steps_run == 3
