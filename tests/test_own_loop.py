@@ -295,3 +295,31 @@ def test_locate_steps_lbfgs_with_its_closure():
 
     out = run(LOCATE, session_of(lbfgs_setup), steps=3)
     assert not out.found and out.steps_run == 3
+
+
+# --- what reaches the run's own step, and what it says when something cannot -------------------------------
+
+def test_a_precision_candidate_is_not_applicable_under_the_loops_own_autocast():
+    inside = replay(amp_accumulating_setup, steps=4, precision="bf16")
+    assert not inside.applicable and "own autocast" in inside.not_applicable
+    plain = replay(lambda: classifier_setup(train_step=_plain_step), steps=4, precision="bf16")
+    assert plain.applicable and plain.loop_used == "user"
+
+
+def test_an_lr_the_loop_sets_by_hand_each_iteration_is_scaled_too():
+    def sets_its_own_lr(model, optimizer, batch):  # nanoGPT: for g in optimizer.param_groups: g["lr"] = lr
+        for group in optimizer.param_groups:
+            group["lr"] = 0.1
+        return _plain_step(model, optimizer, batch)
+
+    out = replay(lambda: classifier_setup(train_step=sets_its_own_lr), steps=3, lr_scale=0.01)
+    assert out.applicable and out.lrs == pytest.approx([0.001] * 3)
+
+
+def test_a_replay_on_another_loss_runs_the_reference_loop_and_says_so():
+    from tests.tiny import context as tiny_context
+    from triage.experiments.replay import measure
+
+    ctx = tiny_context(lambda: classifier_setup(train_step=_plain_step))
+    out = measure(ctx, ReplayParams(steps=3), loss_fn=cross_entropy)
+    assert out.loop_used == "reference" and "another loss" in out.loop_note

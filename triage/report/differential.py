@@ -55,12 +55,19 @@ def _view(report: Report, decision: Decision, curve: Curve) -> DifferentialView:
         rows.append(CandidateRow(
             id=c.id, title=declared[c.id].title if c.id in declared else None, cause=causes.get(c.then, c.then) if c.then else "control",
             tier=c.tier if c.then else None, tried=c.tried,
-            status=run.status if run else _not_run(c),
+            status=_status(run, outcome) if run else _not_run(c),
             end=outcome.get("loss_end"), reference_end=outcome.get("reference_end"),
             improvement=outcome.get("improvement"), sane=outcome.get("sane"), works=c.works,
             winner=c.winner, also_works=c.also_works))
     return DifferentialView(node=decision.node, title=titles.get(decision.node), confidence=decision.confidence,
                             rows=rows, reason=reason(decision, causes), plot=_plot(report, decision, curve))
+
+
+def _status(run: ExperimentRun, outcome: dict) -> str:
+    """The run's status; a candidate whose change could not reach the run's own step says so and why."""
+    if run.status == "ok" and outcome.get("applicable") is False:
+        return f"not applicable: {outcome.get('not_applicable') or 'its change cannot reach the run'}"
+    return run.status
 
 
 def _not_run(candidate: CandidateResult) -> str:
