@@ -149,6 +149,9 @@ def test_one_optimizer_of_a_set_can_be_scaled_alone():
     both = replay(lambda: gan_setup(lr=2.0), steps=3, lr_scale=0.5)
     d_only = replay(lambda: gan_setup(lr=2.0), steps=3, lr_scale=0.5, lr_of="D")
     assert both.applicable and d_only.applicable and both.losses != d_only.losses
+    assert both.lr_changed_in == ["G", "D"] and d_only.lr_changed_in == ["D"]
+    with pytest.raises(ValueError, match="lr_of to name one of the run's optimizers"):
+        replay(lambda: gan_setup(lr=2.0), steps=1, lr_scale=0.5, lr_of="critic")
 
 
 def test_a_checkpoint_holds_each_optimizers_state_by_name():

@@ -106,6 +106,9 @@ class ReplayOutcome(VerifiedFix):
     optimizer_steps: Optional[int] = Field(
         default=None, description="Optimizer steps the run's own step took (fewer than steps_run under "
                                   "gradient accumulation or skipped GradScaler steps); None on the reference loop.")
+    lr_changed_in: list[str] = Field(
+        default_factory=list, description="Several optimizers (Setup.optimizers): the names of those whose LR "
+                                          "the candidate scaled (every one, or lr_of's alone).")
     scheduler_steps: int = Field(default=0, description="Times triage stepped the run's scheduler (per step, "
                                                         "per epoch, or on the loss for ReduceLROnPlateau).")
     losses: list[float] = Field(description="Training loss per step.")
@@ -170,6 +173,7 @@ class _Trace:
     not_applicable: list[str] = field(default_factory=list)
     optimizer_steps: Optional[int] = None
     scheduler_steps: int = 0
+    lr_changed_in: list[str] = field(default_factory=list)
 
     def record(self, rows: list[list[float]]) -> tuple[float, float]:
         """One step's (loss, gradient norm, ...) on every rank. The step's figures are their means (a DDP step
@@ -254,8 +258,13 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
         batches = [first_examples(batches[0], p.subset)]
     lr_scale = p.lr_scale * _suggested_ratio(ctx, p.lr_scale_from) * (peak_ratio or 1.0)
     user, note = own[0] or p.loop == "user", own[1]
+    names = list(getattr(optimizer, "optimizers", {}))
+    if p.lr_of is not None and p.lr_of not in names:
+        raise ValueError(f"expected lr_of to name one of the run's optimizers {names or '(it has one, unnamed)'}, "
+                         f"found '{p.lr_of}'; name one of Setup.optimizers, or leave lr_of out")
     trace = _Trace(start_weights=_start_weights(session, setup, p), weight_norm_start=param_vector_norm(model),
-                   loop_used="user" if user else "reference", loop_note=note)
+                   loop_used="user" if user else "reference", loop_note=note,
+                   lr_changed_in=([p.lr_of] if p.lr_of else names) if lr_scale != 1.0 else [])
     if not user and p.lr_of is not None:
         trace.not_applicable.append(f"the LR of '{p.lr_of}' alone: only the run's own train_step steps "
                                     "optimizers one by one")
@@ -407,7 +416,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         loop_used=t.loop_used, loop_note=t.loop_note, applicable=not t.not_applicable,
         not_applicable=("The run's own train_step does not let this candidate in: " + "; ".join(t.not_applicable)
                         + ". Not tried: nothing is concluded from it.") if t.not_applicable else None,
-        optimizer_steps=t.optimizer_steps, scheduler_steps=t.scheduler_steps,
+        optimizer_steps=t.optimizer_steps, scheduler_steps=t.scheduler_steps, lr_changed_in=t.lr_changed_in,
         nothing_level=nothing,
         level_ratio=end / nothing if end is not None and nothing and nothing > 0 and finite else None,
         steps_run=len(t.losses), losses=t.losses, grad_norms=t.norms, lrs=t.lrs,
