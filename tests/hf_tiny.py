@@ -73,8 +73,10 @@ def trainer_out() -> Path:
 
 
 def diverging_trainer() -> "transformers.Trainer":
-    """GPT-2 whose learning rate is 0.5 (a typo for 5e-4) after 30 warmup steps: the loss spikes at ~25."""
-    args = training_args(trainer_out(), max_steps=150, learning_rate=0.5, warmup_steps=30,
+    """GPT-2 whose learning rate is 2.0 (a typo for 2e-3) after 30 warmup steps: past an LR of ~0.3 the loss
+    climbs from chance (3.9) to 10-100 and the recorder's spike trigger fires at ~22. (0.5 once spiked too;
+    under transformers 5.x the loss only wanders 4-5 there, a rise the noise hides.)"""
+    args = training_args(trainer_out(), max_steps=150, learning_rate=2.0, warmup_steps=30,
                          lr_scheduler_type="constant_with_warmup", logging_steps=10)
     return transformers.Trainer(model=gpt2(), args=args, train_dataset=TokenDataset(n=256))
 

@@ -9,7 +9,7 @@ from pydantic import Field
 from tests.tiny import mlp_setup
 from triage.engine import walk
 from triage.errors import PlaybookError
-from triage.experiments import Experiment, Outcome, Params, default_registry
+from triage.experiments import Experiment, NotApplicable, Outcome, Params, default_registry
 from triage.playbook import load_playbook
 from triage.session import session_from_factory
 
@@ -17,6 +17,7 @@ from triage.session import session_from_factory
 class FakeParams(Params):
     works: bool = False
     end: float = 1.0
+    fails: str = ""  # "raise": the experiment raises; "not_applicable": it cannot run in this setup
 
 
 class FakeOutcome(Outcome):
@@ -25,6 +26,10 @@ class FakeOutcome(Outcome):
 
 
 def fake(ctx, p):
+    if p.fails == "raise":
+        raise RuntimeError("the scheduler has no lambda for the new param group")
+    if p.fails == "not_applicable":
+        raise NotApplicable("the run's loop has no optimizer to add the parameters to")
     return FakeOutcome(fix_works=p.works, loss_end=p.end)
 
 
@@ -207,3 +212,31 @@ def test_later_nodes_may_read_a_candidates_figures(tmp_path):
     path.write_text(path.read_text().replace("otherwise: none_works\n  none_works", "otherwise: check\n  none_works"))
     result = walk(session_from_factory(mlp_setup), load_playbook(path, registry()))
     assert result.path[-2:] == ["check", "high_lr"]
+
+
+def test_a_candidate_that_raised_is_not_ruled_out_and_the_winner_is_not_high(tmp_path):
+    """A fix that could not be measured might have been the better one: the winner stays medium, and the
+    differential's reason names the candidate as not measured rather than as a fix that does not work."""
+    from triage.report.differential import reason
+
+    result, decision = diagnose(tmp_path, """
+        unfreeze: {run: fake_fix, with: {fails: raise}, then: precision, tier: 1}
+        lower: {run: fake_fix, with: {works: true, end: 0.2}, then: high_lr, tier: 2}
+    """)
+    assert result.leaf.diagnosis == "lr_too_high" and decision.confidence == "medium"
+    assert result.confidence == "medium"
+    unfreeze = next(c for c in decision.candidates if c.id == "unfreeze")
+    assert (unfreeze.tried, unfreeze.status, unfreeze.works) == (True, "error", None)
+    assert "not measured to the end" in reason(decision, {}).lower() and "unfreeze (error)" in reason(decision, {})
+
+
+def test_a_candidate_that_does_not_apply_is_not_tried_and_says_why(tmp_path):
+    result, decision = diagnose(tmp_path, """
+        unfreeze: {run: fake_fix, with: {fails: not_applicable}, then: precision, tier: 1}
+        lower: {run: fake_fix, with: {works: true, end: 0.2}, then: high_lr, tier: 2}
+    """)
+    unfreeze = next(c for c in decision.candidates if c.id == "unfreeze")
+    assert (unfreeze.tried, unfreeze.status) == (False, "not_applicable")
+    assert result.runs["unfreeze"].status == "not_applicable"
+    assert "no optimizer to add the parameters to" in result.runs["unfreeze"].error
+    assert result.leaf.diagnosis == "lr_too_high" and decision.confidence == "medium"

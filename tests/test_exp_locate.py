@@ -101,7 +101,7 @@ def test_division_by_a_zero_norm_is_named_in_the_forward():
     assert out.module == out.forward_module == "blocks.1.norm"
     assert out.forward_module_type == "UnitNorm"
     assert out.inputs_finite is True
-    assert "div" in out.op
+    assert "div" in out.op and out.domain_edge  # a division by 0: an eps guards it
     assert out.source.endswith(f"test_exp_locate.py:{_line_of('unit-norm-div')}")
     assert "x.norm(dim=-1" in out.source_line
     assert any(line.is_culprit and "x.norm" in line.text for line in out.source_context)
@@ -117,6 +117,7 @@ def test_sqrt_at_zero_is_named_in_the_backward():
     assert out.forward_module is None
     assert out.module == out.backward_module == "blocks.1.norm"
     assert out.op == "SqrtBackward0"  # the Inf it makes; anomaly mode flags the NaN one node later
+    assert out.domain_edge
     assert out.anomaly_op == "PowBackward0"
     assert out.source.endswith(f"test_exp_locate.py:{_line_of('magnitude-sqrt')}")
     _assert_clean(model)
@@ -183,6 +184,7 @@ def test_a_diverging_run_is_followed_to_the_op_that_overflows():
     out = LOCATE_NONFINITE.measure(ctx, LocateParams(steps=40, lr_scale=1e4))
     assert out.found and out.step > 0 and out.stage == "forward" and not out.loss_finite
     assert out.op == "nn.functional.mse_loss"  # the squared error of a huge output overflows
+    assert out.domain_edge is False  # no eps helps an overflow (issue 20, situation 4: "add an eps" was said)
     assert out.source.endswith(f"test_exp_locate.py:{_line_of('mse-loss')}")
     assert out.nonfinite_parameters == []
 

@@ -90,3 +90,46 @@ def test_revive_finds_the_dead_units_and_reinitialises_only_them():
     assert torch.equal(setup.model[0].weight[24:], alive_rows)
     assert float(setup.model[0].bias[:24].min().detach()) > -1  # a default bias, not -50
     assert find_dead_units(setup, setup.batches, torch.device("cpu")) == []
+
+
+def test_unfreezing_under_a_lambda_schedule_extends_it_to_the_added_group():
+    """A warmup LambdaLR on an optimizer built from the trainable parameters only: the unfreeze candidate
+    adds a param group, and the schedule must step it with the first group's lambda (it raised before)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    for p in model[0].parameters():
+        p.requires_grad_(False)  # the leftover line
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 10))
+    first = model[0].weight.detach().clone()
+    with unfrozen(model, optimizer, scheduler):
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(16, 4)).pow(2).mean().backward()
+            optimizer.step()
+            scheduler.step()
+        lrs = [group["lr"] for group in optimizer.param_groups]
+    assert len(lrs) == 2 and lrs[0] == lrs[1] == pytest.approx(0.1 * 4 / 10)
+    assert not torch.equal(first, model[0].weight), "the frozen layer trained"
+    assert len(optimizer.param_groups) == 1 and len(scheduler.lr_lambdas) == 1 and len(scheduler.base_lrs) == 1
+    assert not model[0].weight.requires_grad
+
+
+def test_unfreezing_under_a_schedule_that_cannot_take_the_group_is_not_applicable():
+    from triage.experiments import NotApplicable
+
+    class OneGroupOnly(torch.optim.lr_scheduler.LRScheduler):
+        def get_lr(self):
+            if len(self.optimizer.param_groups) != 1:
+                raise ValueError("expected one param group")
+            return list(self.base_lrs)
+
+    model = nn.Sequential(nn.Linear(4, 2), nn.Linear(2, 2))
+    for p in model[0].parameters():
+        p.requires_grad_(False)
+    optimizer = torch.optim.SGD(model[1].parameters(), lr=0.1)
+    scheduler = OneGroupOnly(optimizer)
+    with pytest.raises(NotApplicable, match="OneGroupOnly cannot schedule"):
+        with unfrozen(model, optimizer, scheduler):
+            pass
+    assert len(optimizer.param_groups) == 1 and not model[0].weight.requires_grad

@@ -11,6 +11,7 @@ from torch import nn
 import triage
 from tests._instrument_runs import classifier_setup, cross_entropy, digits, mlp, run, session_of
 from tests.tiny import context
+from triage.experiments.base import NotApplicable
 from triage.experiments.loop_diff import LOOP_DIFF
 from triage.experiments.replay import REPLAY, ReplayParams
 
@@ -64,8 +65,8 @@ def test_a_healthy_manual_update_loop_is_no_loop_bug(tmp_path):
 def test_a_loop_with_no_optimizer_declares_its_lr_and_lr_candidates_reach_it():
     base = replay(manual_setup, steps=12)
     lower = replay(manual_setup, steps=12, lr_scale=0.1)
-    assert base.loop_used == "user" and base.applicable and base.lrs == [0.1] * 12
-    assert lower.applicable and lower.lrs == pytest.approx([0.01] * 12)
+    assert base.loop_used == "user" and base.lrs == [0.1] * 12
+    assert lower.lrs == pytest.approx([0.01] * 12)
     assert base.update_ratio > 3 * lower.update_ratio  # a tenth of the LR moved the weights much less
     loop = run(LOOP_DIFF, session_of(manual_setup))
     assert loop.optimizer_stepped and loop.manual_updates == 20 and not loop.grads_accumulate
@@ -76,9 +77,9 @@ def test_a_manual_loop_without_a_declared_lr_says_an_lr_candidate_cannot_reach_i
         return triage.Setup(model=mlp(), train_step=manual_step_given_lr_or_fixed, loss_fn=cross_entropy,
                             batches=digits())
 
-    out = replay(factory, steps=6, lr_scale=0.1, against=None)
-    assert not out.applicable and "declares no manual_lr" in out.not_applicable
-    assert out.fix_works is None
+    with pytest.raises(NotApplicable, match="declares no manual_lr"):
+        replay(factory, steps=6, lr_scale=0.1)
+    assert replay(factory, steps=6).steps_run == 6  # the run as it was replays
 
 
 def manual_step_given_lr_or_fixed(model, lr, batch):
@@ -88,7 +89,6 @@ def manual_step_given_lr_or_fixed(model, lr, batch):
 def test_a_clip_candidate_replaces_the_loops_own_clip():
     tight = replay(manual_setup, steps=6, clip=1e-4)
     free = replay(manual_setup, steps=6, no_clip=True)
-    assert tight.applicable and free.applicable
     assert tight.update_ratio < 0.01 * free.update_ratio  # clip 1e-4 instead of the loop's 0.25
     assert tight.median_grad_norm > 0.25  # the norm recorded is the one before any clipping
 
@@ -148,7 +148,7 @@ def test_one_optimizer_of_a_set_can_be_scaled_alone():
 
     both = replay(lambda: gan_setup(lr=2.0), steps=3, lr_scale=0.5)
     d_only = replay(lambda: gan_setup(lr=2.0), steps=3, lr_scale=0.5, lr_of="D")
-    assert both.applicable and d_only.applicable and both.losses != d_only.losses
+    assert both.losses != d_only.losses
     assert both.lr_changed_in == ["G", "D"] and d_only.lr_changed_in == ["D"]
     with pytest.raises(ValueError, match="lr_of to name one of the run's optimizers"):
         replay(lambda: gan_setup(lr=2.0), steps=1, lr_scale=0.5, lr_of="critic")
@@ -303,10 +303,10 @@ def test_locate_steps_lbfgs_with_its_closure():
 # --- what reaches the run's own step, and what it says when something cannot -------------------------------
 
 def test_a_precision_candidate_is_not_applicable_under_the_loops_own_autocast():
-    inside = replay(amp_accumulating_setup, steps=4, precision="bf16")
-    assert not inside.applicable and "own autocast" in inside.not_applicable
+    with pytest.raises(NotApplicable, match="4 of 4 forwards of train_step ran under its own autocast"):
+        replay(amp_accumulating_setup, steps=4, precision="bf16")
     plain = replay(lambda: classifier_setup(train_step=_plain_step), steps=4, precision="bf16")
-    assert plain.applicable and plain.loop_used == "user"
+    assert plain.loop_used == "user" and plain.finite
 
 
 def test_an_lr_the_loop_sets_by_hand_each_iteration_is_scaled_too():
@@ -316,7 +316,7 @@ def test_an_lr_the_loop_sets_by_hand_each_iteration_is_scaled_too():
         return _plain_step(model, optimizer, batch)
 
     out = replay(lambda: classifier_setup(train_step=sets_its_own_lr), steps=3, lr_scale=0.01)
-    assert out.applicable and out.lrs == pytest.approx([0.001] * 3)
+    assert out.lrs == pytest.approx([0.001] * 3)
 
 
 def test_a_replay_on_another_loss_runs_the_reference_loop_and_says_so():

@@ -18,7 +18,7 @@ import torch
 
 from triage.distributed.ranks import current as current_ranks
 from triage.distributed.settle import RankFailure, settle
-from triage.experiments import Context, Outcome
+from triage.experiments import Context, NotApplicable, Outcome
 from triage.forked import Candidates, OneByOne, TwoAtOnce, can_fork
 from triage.playbook import Playbook
 from triage.records import CandidateResult, Clause, Confidence, Decision, ExperimentRun, SetupFacts
@@ -234,12 +234,16 @@ def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: di
     params = playbook.params[node]
     budget_s = playbook.budget_s(node)
     session.restore()
-    ctx = Context(session=session, budget_s=budget_s, outcomes=dict(outcomes), progress=listener.progress)
+    ctx = Context(session=session, budget_s=budget_s, outcomes=dict(outcomes), progress=listener.progress,
+                  params=playbook.params)
     outcome, status, error = None, "ok", None
     anomaly_was_on = torch.is_anomaly_enabled()
     t0 = time.perf_counter()
     try:
         outcome = experiment.measure(ctx, params)
+    except NotApplicable as reason:
+        status, error = "not_applicable", str(reason)
+        log.info("experiment %s at node %s does not apply: %s", name, node, reason)
     except torch.OutOfMemoryError:
         status, error = "oom", traceback.format_exc()
     except Exception:
@@ -335,8 +339,7 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, n
         pool.wait([c.id for c in decided if c.tried])
     finally:
         pool.close()
-    results = [c.model_copy(update=_verdict(read(c.id, spec.works), read(c.id, spec.score))) if c.tried else c
-               for c in decided]
+    results = [_ended(c, read, spec) if c.tried else c for c in decided]
     figures = {f"{r.id}.{spec.works}": r.works for r in results if r.tried and r.then}
     working = [r for r in results if r.then and r.works]
     if not working:
@@ -350,8 +353,21 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, n
     also = {r.id for r in working if _cause_of(playbook, r.then) != cause and r.tier == winner.tier
             and _close(r.score, winner.score, spec.close)}
     results = [r.model_copy(update={"winner": r is winner, "also_works": r.id in also}) for r in results]
+    # "high" needs every candidate relevant to the symptom measured to its end: one that raised, ran out of
+    # memory or time, or could not run in this setup might have been the better fix.
+    unmeasured = any(r.then and r.status is not None and r.status != "ok" for r in results)
     return Decision(node=node, goto=winner.then, when=f"{winner.id} works best", figures=figures,
-                    candidates=results, confidence="medium" if also else "high", errors=errors)
+                    candidates=results, confidence="medium" if also or unmeasured else "high", errors=errors)
+
+
+def _ended(candidate: CandidateResult, read, spec: DifferentialNode) -> CandidateResult:
+    """A run candidate with how its experiment ended: its verdict where it ran to its end, none where it
+    failed, and not tried at all where it could not run in this setup."""
+    status = read(candidate.id, "status")
+    if status != "ok":
+        return candidate.model_copy(update={"status": status, "tried": status != "not_applicable"})
+    return candidate.model_copy(update={"status": status, **_verdict(read(candidate.id, spec.works),
+                                                                      read(candidate.id, spec.score))})
 
 
 def _verdict(works: Any, score: Any) -> dict[str, Any]:

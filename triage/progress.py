@@ -19,7 +19,8 @@ from rich.text import Text
 from triage.records import Decision, ExperimentRun
 from triage.report.words import format_figure
 
-_FAILED = {"error": "[red]✗ error[/]", "oom": "[red]✗ out of memory[/]", "timeout": "[yellow]⏱ over budget[/]"}
+_FAILED = {"error": "[red]✗ error[/]", "oom": "[red]✗ out of memory[/]", "timeout": "[yellow]⏱ over budget[/]",
+           "not_applicable": "[dim]– not applicable[/]"}
 _CANDIDATE = "candidate of "  # the engine's `when` for a differential's candidate
 SHOWN_FIGURES = 3  # the most figures a line shows without --verbose
 
@@ -121,9 +122,12 @@ class LiveView:
             line = f"[cyan]⇒[/] [bold]{escape(decision.node)}[/]  {escape(answer_line(decision))}"
         else:
             tried = [c for c in decision.candidates if c.tried and c.then]
+            measured = [c for c in tried if c.status in (None, "ok")]
             winner = next((c.id for c in tried if c.winner), None)
+            unfinished = len(tried) - len(measured)
             verdict = (f"{winner} works best ({decision.confidence} confidence)" if winner else
-                       f"no candidate fix works ({len(tried)} tried)")
+                       f"no candidate fix works ({len(measured)} measured"
+                       + (f", {unfinished} failed)" if unfinished else ")"))
             line = f"[cyan]⇒[/] [bold]{escape(decision.node)}[/]  {escape(verdict)} → {escape(decision.goto)}"
         self._print(line, None, decision)
 

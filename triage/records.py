@@ -7,7 +7,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Status = Literal["ok", "error", "oom", "timeout"]
+# not_applicable: the experiment cannot run in this setup (its reason in `error`); never "tried", never "ruled out".
+Status = Literal["ok", "error", "oom", "timeout", "not_applicable"]
 Confidence = Literal["high", "medium", "low"]
 
 
@@ -39,7 +40,10 @@ class CandidateResult(BaseModel):
     then: Optional[str] = Field(description="The node it leads to when it wins; None for a control.")
     tier: int = Field(description="Its precedence as ranked: 1 where its `measured` abnormality held.")
     measured: Optional[bool] = Field(default=None, description="Its `measured` condition, where it declares one.")
-    tried: bool = Field(description="It ran: its `if` held (or it has none) and it was not outranked.")
+    tried: bool = Field(description="It ran: its `if` held (or it has none), it was not outranked, and it could "
+                                    "run in this setup (not `not_applicable`).")
+    status: Optional[Status] = Field(default=None, description="How its experiment ended, where it was run: "
+                                                               "ok, error, oom, timeout or not_applicable.")
     outranked: bool = Field(default=False, description="Not run: a fix of a lower tier already worked, and a "
                                                        "candidate of this tier could not win against it.")
     works: Optional[bool] = Field(default=None, description="The differential's `works` field, as measured.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 from dataclasses import dataclass, field
@@ -73,6 +74,11 @@ class Session:
 
         With `default_init`, every module's own `reset_parameters()` replaces whatever init setup()
         applied: PyTorch's default initialisation, the counterfactual for a bad init.
+
+        A restart is compared with the run at the checkpoint, so it trains as the run was training there:
+        its optimizer's hyper-parameters (the LR the run had) and its scheduler's position are the
+        checkpoint's, only the weights and the optimizer's moments are fresh. A warmup replayed from step 0
+        would train at a tiny LR and "work" where the run's own LR does not.
         """
         # The run's optimizer state is idle while a fresh copy trains, and the engine's next restore puts
         # it back from the snapshot: freed here, a restart never holds two sets of moments at once.
@@ -84,7 +90,26 @@ class Session:
                 if hasattr(module, "reset_parameters"):
                     module.reset_parameters()
         fresh.model.to(self.device)
+        if self.checkpoint is not None:
+            self._continue_schedule(fresh)
         return self.data_guard.protect(fresh) if self.data_guard is not None else fresh
+
+    def _continue_schedule(self, fresh: Setup) -> None:
+        """The fresh optimizer's param-group hyper-parameters and the fresh scheduler's state as the
+        snapshot holds them (restored just before: the checkpoint's), where the groups line up."""
+        groups, saved = fresh.optimizer.param_groups, self.setup.optimizer.param_groups
+        if len(groups) != len(saved):
+            log.info("a restart keeps setup()'s own LR: it builds %d param groups, the checkpoint has %d",
+                     len(groups), len(saved))
+            return
+        for group, run_group in zip(groups, saved):
+            group.update({k: v for k, v in run_group.items() if k != "params"})
+        if fresh.scheduler is not None and self.snapshot.scheduler is not None:
+            try:
+                fresh.scheduler.load_state_dict(copy.deepcopy(self.snapshot.scheduler))
+            except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+                log.info("a restart's scheduler starts from setup()'s: the checkpoint's state does not load (%s)",
+                         exc)
 
 
 def open_session(entry: Union[str, SetupFactory], checkpoint_path: Optional[Path], seed: int = 0,

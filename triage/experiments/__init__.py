@@ -1,7 +1,7 @@
 """Experiments: the only code that runs training. Each returns an Outcome and never decides."""
 
 from triage.experiments.activations import ACTIVATION_HEALTH
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, NotApplicable, Outcome, Params
 from triage.experiments.batch_scan import BATCH_SCAN
 from triage.experiments.checkpoint_check import CHECKPOINT_CHECK
 from triage.experiments.data_check import DATA_CHECK
@@ -35,4 +35,5 @@ def default_registry() -> Registry:
     return Registry(BUILTIN)
 
 
-__all__ = ["Context", "Experiment", "ExperimentRun", "Outcome", "Params", "Registry", "default_registry"]
+__all__ = ["Context", "Experiment", "ExperimentRun", "NotApplicable", "Outcome", "Params", "Registry",
+           "default_registry"]

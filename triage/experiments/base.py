@@ -18,6 +18,12 @@ from triage.session import Session
 from triage.views import View
 
 
+class NotApplicable(Exception):
+    """Raised by an experiment that cannot run in this setup (an intervention the run's loop, schedule or
+    optimizer gives no way to apply): the engine records it as `not_applicable` with this message as the
+    reason. Such an experiment was never tried, so it rules nothing out."""
+
+
 class Params(BaseModel):
     """An experiment's parameters; unknown keys in a playbook are errors."""
 
@@ -37,6 +43,7 @@ class Context:
     session: Session
     budget_s: float
     outcomes: dict[str, "Outcome"] = field(default_factory=dict)  # earlier nodes' measurements
+    params: dict[str, "Params"] = field(default_factory=dict)  # every node's parameters, as the playbook sets them
     progress: Callable[[int, int], None] = lambda done, total: None
     started: float = field(default_factory=time.perf_counter)
     # The other ranks of a distributed run (a world of one otherwise): every decision that ends a loop

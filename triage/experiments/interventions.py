@@ -7,6 +7,7 @@ weights and optimizer state, but not a param group added or a hook left behind).
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any, Iterator, Optional
 
 import torch
@@ -16,20 +17,29 @@ SQUASH_TOLERANCE = 1e-3
 
 
 @contextlib.contextmanager
-def unfrozen(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
+def unfrozen(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> Iterator[None]:
     """Every parameter trains: requires_grad on, and those the optimizer lacks added as one more param
-    group with the first group's hyper-parameters."""
+    group with the first group's hyper-parameters. The run's scheduler is extended to that group as it
+    schedules the first (its per-group lists, a LambdaLR's lambdas included); one that still cannot step
+    with the new group makes the candidate not applicable (`NotApplicable`, with the scheduler's error)."""
     flags = {p: p.requires_grad for p in model.parameters()}
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     missing = [p for p in model.parameters() if id(p) not in held]
     for p in flags:
         p.requires_grad_(True)
+    extended: list[tuple[Any, str]] = []
     if missing:
+        groups = len(optimizer.param_groups)
         optimizer.add_param_group({**{k: v for k, v in optimizer.param_groups[0].items() if k != "params"},
                                    "params": missing})
+        extended = _extend_schedule(scheduler, groups)
     try:
+        if missing and scheduler is not None:
+            _check_steps(scheduler, optimizer)
         yield
     finally:
+        for owner, name in extended:
+            getattr(owner, name).pop()
         if missing:
             optimizer.param_groups.pop()
             for p in missing:
@@ -37,6 +47,49 @@ def unfrozen(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[Non
         for p, flag in flags.items():
             p.requires_grad_(flag)
             p.grad = None
+
+
+def _schedulers(scheduler: Any) -> list[Any]:
+    """The scheduler and, for SequentialLR / ChainedScheduler, the ones it drives."""
+    children = getattr(scheduler, "_schedulers", None) or []
+    return [scheduler] + [s for child in children for s in _schedulers(child)]
+
+
+def _extend_schedule(scheduler: Any, groups: int) -> list[tuple[Any, str]]:
+    """Append to each per-group list of the scheduler (one entry per param group: base_lrs, lr_lambdas,
+    min_lrs, ...) a copy of the first group's entry, for the group just added. Returns what it appended."""
+    if scheduler is None:
+        return []
+    appended = []
+    for s in _schedulers(scheduler):
+        for name, value in vars(s).items():
+            if (isinstance(value, list) and len(value) == groups and groups > 0
+                    and name != "_schedulers" and "milestone" not in name):  # SequentialLR's are not per group
+                value.append(value[0])
+                appended.append((s, name))
+    return appended
+
+
+def _check_steps(scheduler: Any, optimizer: torch.optim.Optimizer) -> None:
+    """One scheduler step with the new group, undone at once; raises NotApplicable if it cannot."""
+    from triage.experiments.base import NotApplicable
+
+    state = scheduler.state_dict()
+    lrs = [group["lr"] for group in optimizer.param_groups]
+    try:
+        with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()": this step is undone
+            warnings.simplefilter("ignore")
+            if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                scheduler.step(float("inf"))
+            else:
+                scheduler.step()
+    except Exception as exc:  # noqa: BLE001 - any failure means the schedule cannot take the new group
+        raise NotApplicable(f"the run's {type(scheduler).__name__} cannot schedule the parameters added to the "
+                            f"optimizer ({type(exc).__name__}: {exc})") from exc
+    finally:
+        scheduler.load_state_dict(state)
+        for group, lr in zip(optimizer.param_groups, lrs):
+            group["lr"] = lr
 
 
 def unsquash(output: Any) -> Any:

@@ -11,7 +11,8 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.levels import regression_target
-from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, model_output
+from triage.batches import named_tensors
+from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, loss_reads, model_output
 
 NEIGHBOURS = 5  # regression: the mean of 5 neighbours' targets; one neighbour's is too noisy on small snapshots
 
@@ -42,6 +43,13 @@ class LabelCheckOutcome(Outcome):
         default=None, description="Share of examples whose nearest neighbour in input space has their label.")
     chance_agreement: Optional[float] = Field(default=None, description="Sum of class frequency squared.")
     knn_examples: int = 0
+    target: Optional[str] = Field(
+        default=None, description="The batch tensor read as the class labels: the integer tensor the loss reads "
+                                  "(by its place in the batch, e.g. [1]), else the last integer tensor.")
+    target_ambiguous: bool = Field(
+        default=False, description="The loss reads several integer tensors of the batch (targets and their "
+                                   "lengths, say): the largest was taken for the labels, and range checks on it "
+                                   "are not proof of a label bug.")
     knn_target_correlation: Optional[float] = Field(
         default=None, description="Regression: correlation of each example's target with the mean target of its "
                                   f"{NEIGHBOURS} nearest neighbours in input space: ~0 when the targets are "
@@ -51,7 +59,11 @@ class LabelCheckOutcome(Outcome):
 def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     session = ctx.session
     batches = session.batches
-    targets = [class_targets(b) for b in batches]
+    read = loss_reads(session.setup, batches[0], session.device) if class_targets(batches[0]) is not None else []
+    session.restore()
+    # The labels are what the loss reads; of several (targets and lengths), the largest tensor.
+    target = max(read, key=lambda name: dict(named_tensors(batches[0]))[name].numel()) if read else None
+    targets = [dict(named_tensors(b)).get(target) for b in batches] if target else [class_targets(b) for b in batches]
     logits = model_output(session.setup, batches[0], session.device) if targets[0] is not None else None
     session.restore()  # the probe's forward may have moved BatchNorm statistics
     if targets[0] is None or logits is None or logits.shape[-1] < 2:
@@ -69,7 +81,8 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     ratio = _batch_class_ratio(per_batch, frequencies)
     knn, used = _knn_agreement(batches, p)
     return LabelCheckOutcome(
-        is_classification=True, num_classes=k,
+        is_classification=True, num_classes=k, target=target or _name_of(batches[0], targets[0]),
+        target_ambiguous=len(read) > 1,
         label_min=int(labels.min()), label_max=int(labels.max()), labels_seen=int(labels.numel()),
         out_of_range_count=int(((labels < 0) | (labels >= k)).sum()),
         distinct_labels=distinct, single_class=distinct == 1,
@@ -81,6 +94,10 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
         knn_agreement=knn, chance_agreement=float((frequencies ** 2).sum()) if knn is not None else None,
         knn_examples=used,
     )
+
+
+def _name_of(batch, tensor) -> Optional[str]:
+    return next((name for name, t in named_tensors(batch) if t is tensor), None)
 
 
 def _batch_class_ratio(per_batch: list[torch.Tensor], frequencies: torch.Tensor) -> Optional[float]:

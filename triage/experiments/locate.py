@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -72,6 +73,10 @@ class LocateOutcome(Outcome):
                                   "before it, which names the place better than a number.")
     previous_module_type: Optional[str] = None
     op: Optional[str] = Field(default=None, description='The op: "Tensor.div", "SqrtBackward0", ...')
+    domain_edge: Optional[bool] = Field(
+        default=None, description="The op has an edge to its domain where finite inputs give NaN/Inf (a log, a "
+                                  "division, a square root, a power, ...); false for ops that only overflow "
+                                  "(a matmul, an add, exp): values that grew past the dtype's range.")
     anomaly_op: Optional[str] = Field(default=None, description="The node anomaly mode's NaN check named.")
     source: Optional[str] = Field(default=None, description='"path/file.py:123" of the user code.')
     source_line: Optional[str] = None
@@ -214,11 +219,28 @@ def _bisect_step(setup, batch, precision, device, before: _PreStep, step: int, a
         forward_module=forward.name if forward else None,
         forward_module_type=forward.kind if forward else None,
         backward_module=backward_module, module=module, op=op, anomaly_op=anomaly_op,
+        domain_edge=has_domain_edge(op) if op else None,
         source=display_path(frame[0], frame[1]) if frame else None,
         source_line=source_line(frame[0], frame[1]) if frame else None,
         source_context=source_context(frame[0], frame[1]) if frame else [],
         inputs_finite=inputs_finite, loss_finite=probe.loss_finite, nonfinite_parameters=bad_params,
     )
+
+
+# Ops that turn finite inputs into NaN/Inf at the edge of their domain (log of 0, x/0, sqrt of a negative
+# number, 0 ** -1, ...), by their base name: what an eps or a clamp guards.
+DOMAIN_EDGE_OPS = frozenset({
+    "log", "log2", "log10", "log1p", "xlogy", "logit", "div", "divide", "true_divide", "floor_divide",
+    "truediv", "rtruediv", "reciprocal", "sqrt", "rsqrt", "pow", "rpow", "float_power", "acos", "asin",
+    "acosh", "atanh", "erfinv", "digamma", "lgamma", "polygamma", "cdist", "norm",
+})
+
+
+def has_domain_edge(op: str) -> bool:
+    """Whether the named op ("torch.log", "Tensor.__truediv__", "SqrtBackward0", "aten.div_") is one of
+    DOMAIN_EDGE_OPS."""
+    name = re.sub(r"Backward\d*$", "", op.rsplit(".", 1)[-1]).strip("_").lower()
+    return name in DOMAIN_EDGE_OPS
 
 
 LOCATE_NONFINITE = Experiment(

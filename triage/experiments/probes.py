@@ -85,6 +85,46 @@ def class_targets(batch: Any) -> Optional[torch.Tensor]:
     return found
 
 
+@torch.no_grad()
+def loss_reads(setup: Setup, batch: Any, device: torch.device) -> list[str]:
+    """The integer tensors of `batch` (named as `named_tensors` names them) that the loss function itself
+    reads, outside the model's forward: the targets it scores the output against, where a position in
+    the batch says nothing (inputs, targets, input lengths, target lengths). Measured by recording the
+    tensors every torch function gets while the loss runs; a view or `.long()` of a batch tensor counts
+    as that tensor. Empty where the loss reads none (a model that computes its own loss)."""
+    candidates = {name: t for name, t in named_tensors(batch) if _is_integer(t) and t.numel() > 0}
+    storages = {name: t.untyped_storage().data_ptr() for name, t in candidates.items()}
+    read: set[int] = set()
+    depth = [0]
+
+    class Recorder(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if depth[0] == 0:
+                for value in (*args, *(kwargs or {}).values()):
+                    for tensor in value if isinstance(value, (list, tuple)) else (value,):
+                        if isinstance(tensor, torch.Tensor):
+                            read.add(tensor.untyped_storage().data_ptr())
+            return func(*args, **(kwargs or {}))
+
+    def enter(module, inputs):
+        depth[0] += 1
+
+    def leave(module, inputs, output):
+        depth[0] -= 1
+
+    handles = [setup.model.register_forward_pre_hook(enter),
+               setup.model.register_forward_hook(leave, always_call=True)]
+    try:
+        with Recorder(), autocast(setup.precision, device):
+            setup.loss_fn(setup.model, batch)
+    except Exception:  # noqa: BLE001 - a loss that fails on these labels has read them before it failed
+        pass
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [name for name, pointer in storages.items() if pointer in read]
+
+
 def _is_integer(tensor: torch.Tensor) -> bool:
     return not tensor.is_floating_point() and not tensor.is_complex() and tensor.dtype != torch.bool
 

@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 
 from triage.batches import first_examples
 from triage.contract import Precision
-from triage.experiments.base import Context, Experiment, Params
+from triage.experiments.base import Context, Experiment, NotApplicable, Params
 from triage.experiments.inits import InitKind, apply_init
 from triage.experiments.dead_units import find_dead_units, revive
 from triage.experiments.interventions import held_at_peak, swap_saturating, unfrozen, unsquashed
@@ -100,9 +100,6 @@ class ReplayOutcome(VerifiedFix):
                                          "triage's loop on loss_fn.")
     loop_note: Optional[str] = Field(default=None, description="Why the replay ran on the reference loop "
                                                                 "although the run has its own train_step.")
-    applicable: bool = Field(default=True, description="The candidate's change reached the run's step. False: "
-                                                       "not_applicable, nothing is concluded from it.")
-    not_applicable: Optional[str] = Field(default=None, description="What could not reach the run's step, and why.")
     optimizer_steps: Optional[int] = Field(
         default=None, description="Optimizer steps the run's own step took (fewer than steps_run under "
                                   "gradient accumulation or skipped GradScaler steps); None on the reference loop.")
@@ -202,14 +199,38 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
         revive(find_dead_units(setup, session.batches[:8], session.device), setup.optimizer)
     with contextlib.ExitStack() as undo:  # interventions that change the user's objects are put back
         if p.unfreeze:
-            undo.enter_context(unfrozen(setup.model, setup.optimizer))
+            undo.enter_context(unfrozen(setup.model, setup.optimizer, setup.scheduler))
         if p.unsquash:
             undo.enter_context(unsquashed(setup.model))
         peak_ratio = undo.enter_context(held_at_peak(setup.optimizer, ctx.outcomes.get(p.hold_peak_of))) \
             if p.hold_peak_of else None
         own = _own_loop(setup, p, other_loss=loss_fn is not None)
         trace, clip, skip = _run(ctx, p, setup, peak_ratio, lambda t: _worth_extending(t, ctx, p), own)
-    return _summarise(trace, setup.model, clip, skip, ctx, p)
+    if trace.not_applicable:  # not tried: neither a fix nor ruled out
+        raise NotApplicable("The run's own train_step does not let this candidate in: "
+                            + "; ".join(trace.not_applicable) + ".")
+    return _over_the_same_steps(ctx, p, _summarise(trace, setup.model, clip, skip, ctx, p))
+
+
+def _over_the_same_steps(ctx: Context, p: ReplayParams, outcome: "ReplayOutcome") -> "ReplayOutcome":
+    """A fix that went on past the length of the run it is paired with (`extend_to`) is verified against
+    that run replayed as long, once per reference and length: an end at step 120 set against the
+    reference's end at step 40 credits the fix with 80 steps of training the reference never had (a run
+    still warming up gains most of all)."""
+    reference = ctx.outcomes.get(p.against) if p.against else None
+    reference_params = ctx.params.get(p.against) if p.against else None
+    if (reference is None or not isinstance(reference_params, ReplayParams) or not reference.finite
+            or outcome.steps_run <= reference.steps_run):
+        return outcome
+
+    def longer() -> ReplayOutcome:
+        ctx.session.restore()
+        return measure(ctx, reference_params.model_copy(update={"steps": outcome.steps_run, "extend_to": 0}))
+
+    extended = ctx.session.memoised(f"replay {p.against} over {outcome.steps_run} steps", longer)
+    return outcome.model_copy(update=verification(
+        finite=outcome.finite, loss_start=outcome.loss_start, loss_end=outcome.loss_end, reference=extended,
+        against=p.against, levels=loss_levels(ctx.session), margin=p.margin, level_margin=p.level_margin))
 
 
 def _own_loop(setup, p: ReplayParams, other_loss: bool) -> tuple[bool, Optional[str]]:
@@ -407,15 +428,10 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
     finite = t.first_bad is None and ended_finite
     levels = loss_levels(ctx.session)
     nothing = levels.nothing_learned
-    verified = verification(finite=finite, loss_start=start, loss_end=end, reference=ctx.outcomes.get(p.against),
-                            against=p.against, levels=levels, margin=p.margin, level_margin=p.level_margin)
-    if t.not_applicable and verified:  # not tried: neither a fix nor ruled out
-        verified = {**verified, "better": None, "sane": None, "fix_works": None, "improvement": None}
     return ReplayOutcome(
-        **verified,
-        loop_used=t.loop_used, loop_note=t.loop_note, applicable=not t.not_applicable,
-        not_applicable=("The run's own train_step does not let this candidate in: " + "; ".join(t.not_applicable)
-                        + ". Not tried: nothing is concluded from it.") if t.not_applicable else None,
+        **verification(finite=finite, loss_start=start, loss_end=end, reference=ctx.outcomes.get(p.against),
+                       against=p.against, levels=levels, margin=p.margin, level_margin=p.level_margin),
+        loop_used=t.loop_used, loop_note=t.loop_note,
         optimizer_steps=t.optimizer_steps, scheduler_steps=t.scheduler_steps, lr_changed_in=t.lr_changed_in,
         nothing_level=nothing,
         level_ratio=end / nothing if end is not None and nothing and nothing > 0 and finite else None,

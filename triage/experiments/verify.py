@@ -30,6 +30,10 @@ class VerifiedFix(Outcome):
     against: Optional[str] = Field(default=None, description="The node it is paired with: the run as it was.")
     reference_end: Optional[float] = Field(
         default=None, description="The reference's end-window loss (inf when it did not end finite).")
+    reference_steps: Optional[int] = Field(
+        default=None, description="The steps of the reference it was compared with: as many as its own (a fix "
+                                  "extended past the reference's length is compared with the reference replayed "
+                                  "as long).")
     improvement: Optional[float] = Field(
         default=None, description="loss_end / reference_end: lower is better; 0 when the reference blew up.")
     better: Optional[bool] = Field(default=None, description="Ends at most margin x the reference's end.",
@@ -68,7 +72,8 @@ def verification(*, finite: bool, loss_start: Optional[float], loss_end: Optiona
     else:
         level, kind = loss_start, "start"
     sane = bool(ended and level is not None and loss_end < level)
-    return dict(against=against, reference_end=reference_end, improvement=improvement, better=better,
+    return dict(against=against, reference_end=reference_end, reference_steps=getattr(reference, "steps_run", None),
+                improvement=improvement, better=better,
                 sane_level=level, sane_kind=kind, sane=sane, fix_works=bool(ended and better and sane))
 
 

@@ -55,7 +55,7 @@ def _view(report: Report, decision: Decision, curve: Curve) -> DifferentialView:
         rows.append(CandidateRow(
             id=c.id, title=declared[c.id].title if c.id in declared else None, cause=causes.get(c.then, c.then) if c.then else "control",
             tier=c.tier if c.then else None, tried=c.tried,
-            status=_status(run, outcome) if run else _not_run(c),
+            status=_status(run, c),
             end=outcome.get("loss_end"), reference_end=outcome.get("reference_end"),
             improvement=outcome.get("improvement"), sane=outcome.get("sane"), works=c.works,
             winner=c.winner, also_works=c.also_works))
@@ -63,26 +63,33 @@ def _view(report: Report, decision: Decision, curve: Curve) -> DifferentialView:
                             rows=rows, reason=reason(decision, causes), plot=_plot(report, decision, curve))
 
 
-def _status(run: ExperimentRun, outcome: dict) -> str:
-    """The run's status; a candidate whose change could not reach the run's own step says so and why."""
-    if run.status == "ok" and outcome.get("applicable") is False:
-        return f"not applicable: {outcome.get('not_applicable') or 'its change cannot reach the run'}"
-    return run.status
-
-
-def _not_run(candidate: CandidateResult) -> str:
+def _status(run: Optional[ExperimentRun], candidate: CandidateResult) -> str:
+    if run is not None and run.status == "not_applicable":
+        return f"not applicable: {run.error}"
+    if run is not None:
+        return run.status
     if candidate.outranked:
         return "outranked (a fix of a lower tier works)"
     return "not tried (its condition did not hold)"
 
 
+def _unfinished(decision: Decision) -> str:
+    """The candidates whose fix is unknown (they raised, ran out of memory or time, or do not apply):
+    nothing was ruled out by them."""
+    failed = [f"{c.id} ({c.status.replace('_', ' ')})" for c in decision.candidates
+              if c.then and c.status not in (None, "ok")]
+    return (f" Not measured to the end, so nothing is ruled out by them: {', '.join(failed)}." if failed else "")
+
+
 def reason(decision: Decision, causes: dict[str, str]) -> str:
     """Why the winner won, in a sentence a person can check against the table."""
-    tried = [c for c in decision.candidates if c.tried and c.then]
+    tried = [c for c in decision.candidates if c.tried and c.then and c.status in (None, "ok")]
     winner = next((c for c in tried if c.winner), None)
+    unfinished = _unfinished(decision)
     if winner is None:
-        return (f"None of the {len(tried)} candidate fixes tried works (finite, clearly better than the run "
-                "as it was, and at a sane level), so none of their causes is verified.")
+        return (f"None of the {len(tried)} candidate fixes measured to the end works (finite, clearly better "
+                "than the run as it was, and at a sane level), so none of their causes is verified."
+                + unfinished)
     name = causes.get(winner.then, winner.then)
     text = f"{winner.id} ({name}) wins: its fix works"
     outranked = [c.id for c in decision.candidates if c.outranked]
@@ -91,7 +98,7 @@ def reason(decision: Decision, causes: dict[str, str]) -> str:
     working = [c for c in tried if c.works and c is not winner]
     rivals = [c for c in working if causes.get(c.then, c.then) != name]
     if not rivals:
-        return text + " and no competing cause's fix does." + skipped
+        return text + " and no competing cause's fix does." + skipped + unfinished
     lower_tier = [c.id for c in rivals if c.tier > winner.tier]
     same_tier = [c.id for c in rivals if c.tier == winner.tier]
     parts = []
@@ -103,7 +110,7 @@ def reason(decision: Decision, causes: dict[str, str]) -> str:
     close = [c.id for c in rivals if c.also_works]
     tail = (f"; {', '.join(close)} came close, so the verdict is medium confidence" if close
             else "; every competitor ended clearly worse")
-    return f"{text}; " + "; ".join(parts) + tail + "." + skipped
+    return f"{text}; " + "; ".join(parts) + tail + "." + skipped + unfinished
 
 
 def _paired(run: Optional[ExperimentRun]) -> bool:

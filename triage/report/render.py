@@ -36,7 +36,9 @@ MAX_REPORT_BYTES = 256 * 2**20  # `triage report` reads report.json whole: a rep
 # plots (it carries no views) and names every figure a decision read. 1.4 keeps one record of the clauses
 # that settled a branch (`Decision.settled`) where 1.3 had two (`held`, `deciding`); a 1.3 one is read as 1.4.
 # 1.5 adds `CandidateResult.outranked` (a candidate not run because a fix of a lower tier worked).
-READABLE_VERSIONS = ("1.1", "1.2", "1.3", "1.4", SCHEMA_VERSION)
+# 1.6 adds the status `not_applicable` (an experiment that cannot run in this setup, its reason in `error`) and
+# `CandidateResult.status` (how a candidate's experiment ended).
+READABLE_VERSIONS = ("1.1", "1.2", "1.3", "1.4", "1.5", SCHEMA_VERSION)
 
 _TEMPLATES = Path(__file__).parent / "templates"
 
