@@ -143,6 +143,21 @@ def test_a_gan_with_two_optimizers_replays_both_and_is_not_called_healthy(tmp_pa
     assert report.experiment("baseline").outcome["loop_used"] == "user"
 
 
+def test_a_second_optimizer_setup_did_not_hand_triage_is_named_not_ignored(tmp_path):
+    from tests._gan_tiny import gan_setup
+
+    def only_d():  # the setup: optimizer=opt_d, while train_step also steps G's Adam
+        setup = gan_setup(lr=2.0)
+        return setup.model_copy(update={"optimizer": setup.optimizer["D"],
+                                        "train_step": lambda model, _, batch: setup.train_step(model, setup.optimizer, batch)})
+
+    with pytest.raises(NotApplicable, match=r"train_step stepped an optimizer setup\(\) did not hand triage \(Adam over"):
+        replay(only_d, steps=2)
+    assert "Setup(optimizers=" in run(LOOP_DIFF, session_of(only_d)).unknown_optimizers
+    report, _ = triage.run(only_d, None, out=tmp_path)
+    assert report.root_cause != "healthy"
+
+
 def test_one_optimizer_of_a_set_can_be_scaled_alone():
     from tests._gan_tiny import gan_setup
 

@@ -65,6 +65,9 @@ class LoopDiffOutcome(Outcome):
                                                              "GradScaler step skipped on inf gradients.")
     manual_updates: int = Field(default=0, description="Calls that moved the weights with no optimizer step.")
     zero_grad_calls: int = Field(default=0, description="optimizer.zero_grad() and model.zero_grad() calls.")
+    unknown_optimizers: Optional[str] = Field(
+        default=None, description="The optimizers train_step stepped that setup() did not hand triage (None: "
+                                  "none): replays cannot restore or reach them.")
     loss_detached: bool = Field(
         default=False, description="No trainable parameter received a gradient in any user step.")
     returned_loss_has_grad: Optional[bool] = Field(
@@ -129,7 +132,7 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
         step_grads_zero=watch.optimizer_steps > 0 and watch.max_step_grad == 0.0,
         optimizer_stepped=updated > 0, optimizer_steps=watch.optimizer_steps,
         scaler_skipped_steps=watch.scaler_skips, manual_updates=watch.manual_updates,
-        zero_grad_calls=watch.zero_grads,
+        zero_grad_calls=watch.zero_grads, unknown_optimizers=own.unknown_optimizers(),
         loss_detached=bool(params) and not watch.grad_events,
         returned_loss_has_grad=returned_has_grad,
         user_losses=user_losses, reference_losses=reference_losses,

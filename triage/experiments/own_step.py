@@ -18,10 +18,11 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from triage.contract import AUTOCAST_DTYPES
 from triage.experiments.schedule import scheduler_position
@@ -62,6 +63,7 @@ class Reach:
     forwards: int = 0
     other_precision_forwards: int = 0
     scheduler_by_loop: int = 0
+    unknown_optimizers: list[str] = field(default_factory=list)  # stepped by train_step, not handed to triage
 
 
 class OwnStep:
@@ -104,7 +106,8 @@ class OwnStep:
     @contextlib.contextmanager
     def installed(self) -> Iterator["OwnStep"]:
         """Hooks on for the replay: the optimizer's step pre/post hooks and the model's forward hook."""
-        handles = [self.setup.model.register_forward_pre_hook(self._on_forward)]
+        handles = [self.setup.model.register_forward_pre_hook(self._on_forward),
+                   register_optimizer_step_pre_hook(self._any_step)]
         if not self.setup.manual_update:
             handles.append(self.setup.optimizer.register_step_pre_hook(self._before_step))
             handles.append(self.setup.optimizer.register_step_post_hook(self._after_step))
@@ -137,7 +140,23 @@ class OwnStep:
                        f"under its own autocast, not {c.precision}")
         return why
 
+    def unknown_optimizers(self) -> Optional[str]:
+        """A sentence naming the optimizers train_step stepped that setup() did not hand triage (None: none)."""
+        if not self.reach.unknown_optimizers:
+            return None
+        return (f"train_step stepped an optimizer setup() did not hand triage "
+                f"({', '.join(self.reach.unknown_optimizers)}): its state is not restored between replays, so they would not start alike, and no "
+                "candidate reaches it. Pass every optimizer the step uses: Setup(optimizers={name: optimizer})")
+
     # --- hooks ---------------------------------------------------------------------------------------
+    def _any_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        known = getattr(self.setup.optimizer, "optimizers", {"": self.setup.optimizer}).values()
+        if all(optimizer is not o for o in known):
+            n = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
+            name = f"{type(optimizer).__name__} over {n} weights"
+            if name not in self.reach.unknown_optimizers:
+                self.reach.unknown_optimizers.append(name)
+
     def _manual_lr(self) -> Optional[float]:
         declared = self.setup.optimizer
         return declared.param_groups[0]["lr"] * self.candidate.lr_scale if declared.declared else None

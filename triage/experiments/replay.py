@@ -171,6 +171,7 @@ class _Trace:
     optimizer_steps: Optional[int] = None
     scheduler_steps: int = 0
     lr_changed_in: list[str] = field(default_factory=list)
+    unknown_optimizers: Optional[str] = None  # train_step stepped an optimizer setup() did not hand triage
 
     def record(self, rows: list[list[float]]) -> tuple[float, float]:
         """One step's (loss, gradient norm, ...) on every rank. The step's figures are their means (a DDP step
@@ -206,6 +207,8 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
             if p.hold_peak_of else None
         own = _own_loop(setup, p, other_loss=loss_fn is not None)
         trace, clip, skip = _run(ctx, p, setup, peak_ratio, lambda t: _worth_extending(t, ctx, p), own)
+    if trace.unknown_optimizers:  # not a controlled experiment: that optimizer's state is never restored
+        raise NotApplicable(trace.unknown_optimizers + ".")
     if trace.not_applicable:  # not tried: neither a fix nor ruled out
         raise NotApplicable("The run's own train_step does not let this candidate in: "
                             + "; ".join(trace.not_applicable) + ".")
@@ -315,6 +318,7 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
                scaler_free=scaler is None)
         if user:
             trace.not_applicable += step_own.unreached(len(trace.losses))
+            trace.unknown_optimizers = step_own.unknown_optimizers()
     trace.scheduler_steps = schedule.scheduler_steps
     return trace, clip, skip
 
