@@ -125,7 +125,8 @@ class OwnStep:
             if manual and not self.setup.optimizer.declared:
                 why.append("the LR: train_step updates the weights itself and setup() declares no manual_lr")
             elif not manual and r.optimizer_steps == 0 and steps:
-                why.append("the LR: train_step never called the optimizer's step()")
+                why.append("the LR: train_step never called the optimizer's step() (a loop that updates the "
+                           "weights itself: leave optimizer out of Setup and pass manual_lr)")
         if c.changes_clip and r.loop_clips + r.hook_clips == 0 and steps:
             if manual:
                 why.append("the clipping: train_step updates the weights itself and calls no clip_grad_norm_ "

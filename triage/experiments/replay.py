@@ -292,6 +292,9 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
     if not user and p.lr_of is not None:
         trace.not_applicable.append(f"the LR of '{p.lr_of}' alone: only the run's own train_step steps "
                                     "optimizers one by one")
+    if user and setup.manual_update and lr_scale != 1.0 and not optimizer.declared:
+        trace.not_applicable.append("the LR: train_step updates the weights itself and setup() declares no "
+                                    "manual_lr")
     if user and setup.manual_update and p.wd_scale != 1.0:
         trace.not_applicable.append("the weight decay: train_step updates the weights itself, with no "
                                     "optimizer whose param groups hold a weight decay")
