@@ -119,6 +119,11 @@ def amp_accumulating_setup() -> triage.Setup:
                         loss_fn=cross_entropy, batches=digits())
 
 
+def test_an_accumulating_loop_replays_as_many_optimizer_steps_as_asked():
+    out = replay(amp_accumulating_setup, steps=5)
+    assert out.optimizer_steps == 5 and out.steps_run == 20  # 4 calls of the run's step per update
+
+
 def test_fp16_gradscaler_accumulation_is_no_loop_bug(tmp_path):
     loop = run(LOOP_DIFF, session_of(amp_accumulating_setup))
     assert loop.optimizer_stepped and not loop.grads_accumulate
@@ -318,7 +323,7 @@ def test_locate_steps_lbfgs_with_its_closure():
 # --- what reaches the run's own step, and what it says when something cannot -------------------------------
 
 def test_a_precision_candidate_is_not_applicable_under_the_loops_own_autocast():
-    with pytest.raises(NotApplicable, match="4 of 4 forwards of train_step ran under its own autocast"):
+    with pytest.raises(NotApplicable, match=r"16 of 16 forwards of train_step ran under its own autocast"):
         replay(amp_accumulating_setup, steps=4, precision="bf16")
     plain = replay(lambda: classifier_setup(train_step=_plain_step), steps=4, precision="bf16")
     assert plain.loop_used == "user" and plain.finite

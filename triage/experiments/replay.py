@@ -328,18 +328,29 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
 
 def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_going, schedule: RunSchedule,
            lr_scale: float, own: Optional[OwnStep], reference, scaler_free: bool) -> None:
-    """The replay's steps, one batch each, until `p.steps` (or `extend_to`), the first non-finite step, or
-    the budget. Each step is the run's own train_step (`own`) or the reference step; the scheduler is
-    stepped after each optimizer step, as the run stepped it, unless the run's step stepped it itself."""
+    """The replay's steps, one batch each, until `p.steps` (or `extend_to`) steps, the first non-finite loss,
+    or the budget. Each is the run's own train_step (`own`) or the reference step; the scheduler is stepped
+    after each optimizer step, as the run stepped it, unless the run's step stepped it itself.
+
+    With the run's own step, `steps` counts its optimizer steps (a loop that accumulates k micro-batches
+    is called k times a step, at most MAX_CALLS_PER_STEP), so every replay trains as many updates as the
+    reference loop would; a loop that has not stepped yet counts its calls (one that never steps stops
+    after `steps` calls). The figures per step are per call."""
     session, optimizer = ctx.session, setup.optimizer
     over_budget = ctx.out_of_time()
-    for step in range(max(p.steps, p.extend_to)):
-        if step == p.steps and not keep_going(trace):
+    target, asked_to_extend, call = max(p.steps, p.extend_to), False, 0
+    while call < target * MAX_CALLS_PER_STEP:
+        done = trace.optimizer_steps if own is not None and trace.optimizer_steps else call
+        if done >= p.steps and not asked_to_extend:
+            asked_to_extend = True
+            if not keep_going(trace):
+                break
+        if done >= target:
             break
         if over_budget:
             trace.truncated = True
             break
-        batch = batches[step % len(batches)]
+        batch = batches[call % len(batches)]
         if own is not None:
             figures = own(batch)
             loss, norm = figures.loss, figures.norm
@@ -351,22 +362,26 @@ def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_
             trace.lrs.append(current_lr(optimizer) * lr_scale)
             loss, norm = reference(batch)
             schedule.after_step(loss)
+        call += 1
         # One collective a step: every rank's figures, and whether any rank is past the budget.
         rows = ctx.ranks.gather_floats((loss, norm, float(ctx.past_budget())))
         loss, norm = trace.record(rows)
         over_budget = any(row[2] for row in rows)
-        if p.val_every and session.val_batches and (step + 1) % p.val_every == 0:
-            trace.val_steps.append(step + 1)
+        if p.val_every and session.val_batches and call % p.val_every == 0:
+            trace.val_steps.append(call)
             trace.val_losses.append(ctx.ranks.mean(_val_loss(setup, session.val_batches, p.precision or
                                                              setup.precision, session.device)))
-        ctx.progress(step + 1, max(p.steps, step + 1))
+        ctx.progress(min(done + 1, target), max(p.steps, done + 1))
         # Under a GradScaler an inf gradient is routine (the step is skipped); elsewhere it is fatal.
         # The run's own step may hold a scaler triage does not see: there a finite loss is what counts.
         fatal_norm = scaler_free and own is None and not math.isfinite(norm)
         if not math.isfinite(loss) or fatal_norm:
-            trace.first_bad = step
+            trace.first_bad = call - 1
             trace.first_bad_ranks = _nonfinite_ranks(rows, scaler_free) if len(rows) > 1 else []
             break
+
+
+MAX_CALLS_PER_STEP = 64  # calls of the run's own step per optimizer step at most (gradient accumulation)
 
 
 def _start_weights(session, setup, p: ReplayParams) -> list[torch.Tensor]:
