@@ -8,6 +8,7 @@ by a stock-PyTorch check (benchmarks/suite/check.py) before it counts; triaged i
     python benchmarks/suite.py --sample ci                  # every cause and healthy, 2 families each
     python benchmarks/suite.py --only lr_too_high dead_relu --json out.json --keep /tmp/reports
     python benchmarks/suite.py --split all --no-triage      # generate and validate only: the validity table
+    python benchmarks/suite.py --split blind --axis schedule --workers 1   # issues 20/21's axes: measured blind
 
 Checkpoints and verdicts are cached under ~/.cache/triage/suite (--cache), keyed by the generator's source.
 """
@@ -19,9 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `suite` is the package beside this file
 
-from suite.cases import LOFO_FAMILIES, SPLITS, CaseSpec, all_cases, sample_for_ci, split_of  # noqa: E402
+from suite.axes import AXES  # noqa: E402
+from suite.cases import (BLIND_SPLIT, LOFO_FAMILIES, SPLITS, CaseSpec, all_cases, blind_cases,  # noqa: E402
+                         sample_for_ci, split_of)
 from suite.faults import CAUSES, HEALTHY  # noqa: E402
-from suite.families import FAMILY_NAMES  # noqa: E402
+from suite.families import BLIND_FAMILY_NAMES, FAMILY_NAMES  # noqa: E402
 from suite.runner import run_cases  # noqa: E402
 from suite.summary import (print_accuracy, print_by_split, print_generation_times,  # noqa: E402
                            print_validity)
@@ -29,18 +32,28 @@ from suite.summary import (print_accuracy, print_by_split, print_generation_time
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--split", choices=SPLITS + ("all",), default="tune")
+    parser.add_argument("--split", choices=SPLITS + ("all", BLIND_SPLIT), default="tune",
+                        help="all: tune + heldout + lofo; blind: the held-out axes of issues 20/21, never tuned on")
+    parser.add_argument("--axis", nargs="+", choices=AXES, help="these blind axes only (implies --split blind)")
     parser.add_argument("--sample", choices=["ci"], help="a stratified sample instead of every case")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", nargs="+", metavar="CAUSE", choices=CAUSES + (HEALTHY,))
-    parser.add_argument("--family", nargs="+", choices=FAMILY_NAMES, help="these model families only")
+    parser.add_argument("--family", nargs="+", choices=FAMILY_NAMES + BLIND_FAMILY_NAMES,
+                        help="these model families only")
     parser.add_argument("--json", type=Path, help="write every case's result here")
     parser.add_argument("--keep", type=Path, help="keep triage's reports here (one folder per case)")
     parser.add_argument("--cache", type=Path, help="checkpoints and verdicts (default ~/.cache/triage/suite)")
     parser.add_argument("--no-triage", action="store_true", help="generate and validate only")
     args = parser.parse_args()
 
-    specs = [s for s in all_cases() if args.split == "all" or split_of(s) == args.split]
+    if args.axis or (args.family and set(args.family) <= set(BLIND_FAMILY_NAMES)):
+        args.split = BLIND_SPLIT  # the blind axes and families live in that split only
+    if args.split == BLIND_SPLIT and args.sample:
+        parser.error("--sample ci draws from the tuned grid; the blind split has no CI sample")
+    pool = blind_cases() if args.split == BLIND_SPLIT else all_cases()
+    specs = [s for s in pool if args.split in ("all", BLIND_SPLIT) or split_of(s) == args.split]
+    if args.axis:
+        specs = [s for s in specs if s.axis in args.axis]
     if args.only:
         specs = [s for s in specs if s.cause in args.only]
     if args.family:
@@ -66,6 +79,10 @@ def main() -> None:
         if args.split == "all":
             print("top-1 by split:")
             print_by_split(results, sys.stdout)
+        axes = sorted({CaseSpec.from_id(r.id).axis for r in results} - {""})
+        for axis in axes if len(axes) > 1 else ():  # each blind axis's figure apart
+            print_accuracy([r for r in results if CaseSpec.from_id(r.id).axis == axis], sys.stdout,
+                           title=f"blind axis {axis}")
         for family in LOFO_FAMILIES:  # each held-out family's figure apart
             lofo = [r for r in results if r.split == "lofo" and CaseSpec.from_id(r.id).family == family]
             if lofo and len(lofo) < len(results):

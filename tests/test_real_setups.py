@@ -157,3 +157,227 @@ def test_a_fix_extended_past_the_run_is_compared_over_the_same_steps():
     unchanged = REPLAY.measure(ctx, ReplayParams(steps=40, extend_to=120, against="baseline", wd_scale=1.0))
     assert unchanged.steps_run == 120 and unchanged.reference_steps == 120
     assert unchanged.improvement == pytest.approx(1.0) and not unchanged.fix_works
+
+
+def sign_error() -> triage.Setup:
+    """Cross-entropy plus a weight-norm term meant as a penalty, subtracted by mistake: the loss goes below
+    zero and keeps falling as the weights grow."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+
+    def loss_fn(model, batch):
+        penalty = sum(p.pow(2).sum() for p in model.parameters())
+        return cross_entropy(model, batch) - 0.1 * penalty  # the bug: + was meant
+
+    return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05), loss_fn=loss_fn,
+                        batches=digits(16))
+
+
+def test_a_loss_below_its_floor_is_a_symptom_not_a_fix(tmp_path):
+    """Issue 20, situation 10: a loss that goes negative and keeps falling got a root cause whose candidate
+    'worked' by ending below its own start."""
+    path, _ = _stock_run_plain(sign_error, tmp_path, 30)
+    report, _ = triage.run(sign_error, path, out=tmp_path / "report")
+    assert report.root_cause == "wrong_loss" and "below" in report.title.lower(), (report.root_cause, report.title)
+
+
+def test_the_floor_of_standard_losses_is_measured_as_zero():
+    from tests._instrument_runs import classifier_setup, session_of
+    from triage.experiments.levels import loss_levels
+
+    assert loss_levels(session_of(classifier_setup)).floor == 0.0
+
+    def gaussian_nll():
+        torch.manual_seed(0)
+        model = nn.Linear(64, 2)  # mean and log-variance
+
+        def loss_fn(model, batch):
+            x, y = batch
+            mean, log_var = model(x).unbind(-1)
+            return nn.functional.gaussian_nll_loss(mean, y.float(), log_var.exp())
+
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.01), loss_fn=loss_fn,
+                            batches=digits(4))
+
+    assert loss_levels(session_of(gaussian_nll)).floor is None  # negative by nature: no floor claimed
+
+
+def _stock_run_plain(make, tmp_path, steps: int):
+    torch.manual_seed(0)
+    setup, losses = make(), []
+    for step in range(steps):
+        setup.optimizer.zero_grad()
+        loss = setup.loss_fn(setup.model, setup.batches[step % len(setup.batches)])
+        loss.backward()
+        setup.optimizer.step()
+        losses.append(loss.item())
+    return triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, step=steps,
+                                  history=losses), losses
+
+
+def test_a_negative_loss_that_rises_is_not_a_run_that_trains():
+    """Issue 20, situation 11: a policy-gradient surrogate (minus the mean reward) rising from -0.41 to
+    -0.17 was `healthy`: the loss ratio was left undefined for negative losses."""
+    from triage.experiments.replay import _ratio
+
+    assert _ratio(-0.41, -0.17) == pytest.approx(1 + 0.24 / 0.41)  # a rise: above 1, as a positive loss's would be
+    assert _ratio(-0.41, -0.6) < 1 and _ratio(2.0, 1.0) == 0.5 and _ratio(0.0, 1.0) is None
+
+
+
+def test_the_data_guards_copy_is_not_taken_for_the_loss_reading_every_tensor():
+    """Token inputs and class labels, both integer: the guard copies both before the loss runs, yet only the
+    labels are what the loss itself reads."""
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.labels import LABEL_CHECK
+
+    def tokens() -> triage.Setup:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Embedding(16, 8), nn.Flatten(), nn.Linear(8 * 6, 3))
+        g = torch.Generator().manual_seed(0)
+        batches = [(torch.randint(0, 16, (32, 6), generator=g), torch.randint(0, 3, (32,), generator=g))
+                   for _ in range(4)]
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                            loss_fn=cross_entropy, batches=batches)
+
+    session = session_of(tokens)
+    assert session.data_guard is not None
+    outcome = run(LABEL_CHECK, session)
+    assert (outcome.target, outcome.target_ambiguous, outcome.num_classes) == ("[1]", False, 3)
+
+
+def _flow(factory):
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.gradient_flow import GRADIENT_FLOW
+
+    return run(GRADIENT_FLOW, session_of(factory))
+
+
+def probe(declared: tuple[str, ...]):
+    def make() -> triage.Setup:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+        for p in model[0].parameters():
+            p.requires_grad_(False)  # a linear probe on a fixed body
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model[2].parameters(), lr=0.1),
+                            loss_fn=cross_entropy, batches=digits(4), frozen_by_design=declared)
+    return make
+
+
+def test_a_declared_probe_body_is_frozen_by_design_not_frozen():
+    declared, undeclared = _flow(probe(("0",))), _flow(probe(()))
+    assert declared.by_design == ["0.weight", "0.bias"] and declared.frozen == [] and declared.frozen_fraction == 0
+    assert declared.by_design_fraction > 0.5
+    assert undeclared.frozen == ["0.weight", "0.bias"] and undeclared.frozen_fraction > 0.5  # still a suspect
+
+
+def test_a_lora_base_is_frozen_by_design():
+    """Issue 20, situation 5: a LoRA run that plateaued got frozen_parameters, high, "set requires_grad=True"."""
+    peft = pytest.importorskip("peft", reason="the peft extra is not installed")
+
+    def lora() -> triage.Setup:
+        torch.manual_seed(0)
+        base = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+        model = peft.get_peft_model(base, peft.LoraConfig(r=1, lora_alpha=1, target_modules=["0", "2"]))
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        return triage.Setup(model=model, optimizer=torch.optim.AdamW(trainable, lr=1e-3), loss_fn=cross_entropy,
+                            batches=digits(4))
+
+    flow = _flow(lora)
+    assert flow.peft and flow.frozen == [] and flow.frozen_fraction == 0 and flow.not_in_optimizer == []
+    assert flow.by_design_fraction > 0.9 and all("lora_" not in name for name in flow.by_design)
+
+
+def lora_too_small() -> triage.Setup:
+    """LoRA (r=1, alpha=1: a scale of 1) on a randomly initialised base: the adapters are too small to move
+    the output, and the loss sits near chance."""
+    peft = pytest.importorskip("peft", reason="the peft extra is not installed")
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    model = peft.get_peft_model(base, peft.LoraConfig(r=1, lora_alpha=1, target_modules=["0", "2"]))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return triage.Setup(model=model, optimizer=torch.optim.AdamW(trainable, lr=1e-4), loss_fn=cross_entropy,
+                        batches=digits(16))
+
+
+def test_a_stalled_lora_run_is_never_told_to_unfreeze_its_base(tmp_path):
+    pytest.importorskip("peft", reason="the peft extra is not installed")
+    path, _ = _stock_run_plain(lora_too_small, tmp_path, 40)
+    report, _ = triage.run(lora_too_small, path, out=tmp_path / "report")
+    assert report.root_cause != "frozen_parameters", (report.root_cause, report.title)
+    unfreeze = report.experiment("unfreeze")
+    assert unfreeze is None, "unfreezing a PEFT base is not a candidate fix"
+
+
+def edited_lr() -> triage.Setup:
+    """setup() builds lr 3.0 (edited by the user to reproduce a fault); the checkpoint's optimizer holds 0.05."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=3.0), loss_fn=cross_entropy,
+                        batches=digits(16))
+
+
+def test_setup_and_checkpoint_disagreeing_is_said_with_both_values(tmp_path):
+    """Issue 20, situation 6: load_state_dict restored 0.05 and triage replayed it without a word."""
+    from triage.verdict import verdict_lines
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    path = triage.save_checkpoint(tmp_path / "ckpt.pt", model, optimizer, step=10)
+    report, files = triage.run(edited_lr, path, out=tmp_path / "report")
+    finding = next(f for f in report.findings if f.id == "setup_checkpoint_disagree")
+    assert "lr: setup() 3, checkpoint 0.05" in finding.text and "use the checkpoint's" in finding.text
+    assert ("Note", finding.text) in verdict_lines(report)
+    assert "lr: setup() 3, checkpoint 0.05" in (tmp_path / "report" / "summary.md").read_text()
+    assert report.experiment("baseline").outcome["lrs"][0] == pytest.approx(0.05)  # what the replay used
+
+
+def raw_units_fp16() -> triage.Setup:
+    """Digits in raw units (pixel x 1e4: up to 1.6e5) under fp16 autocast, PyTorch's default init: the first
+    Linear overflows fp16's 65504 at once."""
+    from sklearn.datasets import load_digits
+
+    torch.manual_seed(0)
+    x, y = load_digits(return_X_y=True)
+    x, y = torch.tensor(x, dtype=torch.float32) * 1e4, torch.tensor(y)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-3), loss_fn=cross_entropy,
+                        batches=[(x[i:i + 64], y[i:i + 64]) for i in range(0, 64 * 16, 64)], precision="fp16")
+
+
+def test_raw_units_under_fp16_are_never_called_a_custom_init_or_an_eps(tmp_path):
+    """Issue 20, situation 3: bad_initialization, high, "instead of the custom one", on PyTorch's default init;
+    and "add an eps" for an overflow (this run got the latter before)."""
+    torch.manual_seed(0)
+    setup = raw_units_fp16()
+    path = triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, step=0)
+    report, _ = triage.run(raw_units_fp16, path, out=tmp_path / "report")
+    assert report.root_cause != "bad_initialization" or "setup()'s init is PyTorch's default" in report.fix
+    assert "custom" not in report.fix and "eps," not in report.fix, report.fix
+    init = report.experiment("init").outcome
+    assert init["setup_init_is_default"] is True
+
+
+def test_a_long_window_replays_the_lr_factor_the_search_chose():
+    """The plateau's long window replays a leading candidate's own setting (here the LR factor an lr_search
+    chose) over more steps, against the run replayed as long."""
+    from tests._instrument_runs import classifier_setup, session_of
+    from triage.experiments.base import Context, NotApplicable
+    from triage.experiments.replay import REPLAY, ReplayParams
+    from triage.experiments.search import LrSearchOutcome
+
+    session = session_of(lambda: classifier_setup(lr=1e-4))
+    baseline = ReplayParams(steps=10)
+    ctx = Context(session=session, budget_s=600, params={"baseline": baseline})
+    session.restore()
+    ctx.outcomes["baseline"] = REPLAY.measure(ctx, baseline)
+    chosen = ctx.outcomes["baseline"].model_dump()
+    ctx.outcomes["higher_lr"] = LrSearchOutcome(**chosen, lr_factor=1000.0)
+    session.restore()
+    long = REPLAY.measure(ctx, ReplayParams(steps=30, lr_factor_of="higher_lr", against="baseline"))
+    assert long.lrs[0] == pytest.approx(0.1) and long.steps_run == 30 and long.reference_steps == 30
+    assert long.fix_works
+    session.restore()
+    with pytest.raises(NotApplicable, match="chose no LR factor"):
+        REPLAY.measure(ctx, ReplayParams(steps=5, lr_factor_of="baseline", against="baseline"))

@@ -15,7 +15,9 @@ from suite import CAUSES, FAMILY_NAMES, HEALTHY, all_cases, build_case, sample_f
 from suite.cache import CaseCache, source_hash  # noqa: E402
 from suite.cases import Case, CaseSpec  # noqa: E402
 from suite.faults import Fault, baseline, lr_too_low  # noqa: E402
-from suite.loop import Knobs  # noqa: E402
+from suite.axes import AXES  # noqa: E402
+from suite.cases import blind_cases  # noqa: E402
+from suite.loop import Knobs, train  # noqa: E402
 from suite.runner import run_case  # noqa: E402
 from suite.symptoms import DIVERGENCE, NO_LEARNING  # noqa: E402
 
@@ -155,6 +157,63 @@ def test_stock_check_rejects_a_case_a_competing_fix_also_explains():
                       "an LR too low, labelled as dead units", Knobs(lr_scale=30.0))
     verdict = validate(Case(CaseSpec("dead_relu", "mlp", "sgd", "mild"), ambiguous))
     assert not verdict.ok and "competing fix (lr x10, for lr_too_low)" in verdict.reason
+
+
+# --- the blind axes and kinds (issues 20/21): held out, selectable, certified by the same check --------
+
+def test_blind_cases_are_held_out_of_the_tuned_grid_and_the_ci_sample():
+    blind = blind_cases()
+    ids = {s.id for s in blind}
+    assert len(ids) == len(blind) and not ids & {s.id for s in all_cases()}
+    assert all(CaseSpec.from_id(s.id) == s and split_of(s) == "blind" for s in blind)
+    assert {s.axis for s in blind} == set(AXES)
+    assert all(s.axis == "" and split_of(s) != "blind" for s in all_cases())
+    tune = [s for s in all_cases() if split_of(s) == "tune"]
+    assert not {s.id for s in sample_for_ci(tune)} & ids
+    for axis in AXES:  # every axis has healthy runs and faults
+        assert {s.cause == HEALTHY for s in blind if s.axis == axis} == {True, False}
+
+
+@pytest.mark.parametrize("case_id, symptom", [
+    ("healthy-mlp+sched_plateau-adamw-mild-0", "none"),
+    ("lr_too_high-mlp+sched_onecycle-sgd-severe-0", DIVERGENCE),
+    ("healthy-tabular_regressor+probe_opt-adamw-mild-0", "none"),
+    ("fp16_overflow-tabular_regressor+raw_fp16-sgd-mild-0", DIVERGENCE),
+    ("lr_too_low-multilabel-sgd-mild-0", NO_LEARNING),
+    ("healthy-self_loss_lm-adamw-mild-0", "none"),
+    ("healthy-mlp+loop_lbfgs-lbfgs-mild-0", "none"),
+    ("healthy-mlp+loop_epoch_sched-sgd-mild-0", "none"),
+])
+def test_stock_check_certifies_blind_cases(case_id, symptom):
+    verdict = validate(build_case(CaseSpec.from_id(case_id)))
+    assert verdict.ok, verdict.reason
+    assert verdict.symptom == symptom
+
+
+def test_the_suite_loop_steps_plateau_and_per_epoch_schedules_as_a_run_does():
+    plateau = build_case(CaseSpec.from_id("frozen_parameters-mlp+sched_plateau-sgd-mild-0")).setup()
+    train(plateau, 40)  # a frozen run plateaus: ReduceLROnPlateau, fed the loss, halves the LR
+    assert plateau.optimizer.param_groups[0]["lr"] < 0.5 * baseline("mlp", "sgd").lr
+    epoch = build_case(CaseSpec.from_id("healthy-mlp+loop_epoch_sched-sgd-mild-0")).setup()
+    train(epoch, 2 * len(epoch.batches))  # two passes over the batches: two StepLR(0.7) steps, not 24
+    assert epoch.optimizer.param_groups[0]["lr"] == pytest.approx(baseline("mlp", "sgd").lr * 0.7 ** 2)
+
+
+def test_frozen_by_design_probe_trains_only_its_head():
+    rg = build_case(CaseSpec.from_id("healthy-mlp+probe_rg-sgd-mild-0")).setup()
+    assert [n for n, p in rg.model.named_parameters() if p.requires_grad] == ["head.weight", "head.bias"]
+    opt = build_case(CaseSpec.from_id("healthy-mlp+probe_opt-sgd-mild-0")).setup()
+    held = {id(p) for g in opt.optimizer.param_groups for p in g["params"]}
+    assert held == {id(p) for p in opt.model.head.parameters()}
+    assert all(p.requires_grad for p in opt.model.parameters())
+
+
+def test_peft_family_is_a_lora_model_with_the_base_frozen():
+    pytest.importorskip("peft")
+    setup = build_case(CaseSpec.from_id("healthy-peft_lm-adamw-mild-0")).setup()
+    trainable = [n for n, p in setup.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert float(setup.loss_fn(setup.model, setup.batches[0])) > 0
 
 
 # --- cache and runner -------------------------------------------------------------------------------

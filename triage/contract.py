@@ -53,6 +53,10 @@ class Setup(BaseModel):
     steps_per_epoch: Optional[int] = Field(
         default=None, gt=0, description='Optimizer steps in one epoch of the run (needed with '
                                         'scheduler_interval="epoch").')
+    frozen_by_design: tuple[str, ...] = Field(
+        default=(), description="Parameters left untrained on purpose (a linear probe's body, a fixed embedding): "
+                                "names or name prefixes such as 'backbone'. They are not a frozen_parameters "
+                                "fault. A PEFT model's base is recognised without this.")
     epoch_batches: Optional[Callable[[int], Any]] = Field(
         default=None, description="The run's data for one epoch, as its loop gets it: epoch_batches(epoch) -> "
                                   "the loader (e.g. `sampler.set_epoch(epoch); return loader`). Best called by "

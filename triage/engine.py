@@ -19,6 +19,7 @@ import torch
 from triage.distributed.ranks import current as current_ranks
 from triage.distributed.settle import RankFailure, settle
 from triage.experiments import Context, NotApplicable, Outcome
+from triage.experiments.levels import loss_levels
 from triage.forked import Candidates, OneByOne, TwoAtOnce, can_fork
 from triage.playbook import Playbook
 from triage.records import CandidateResult, Clause, Confidence, Decision, ExperimentRun, SetupFacts
@@ -194,6 +195,8 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
                 log.warning("no second process for the candidates (%s); measuring them one by one", exc)
         return OneByOne(measure)
 
+    session.restore()
+    loss_levels(session)  # the levels every replay is judged against, measured at the checkpoint
     try:
         while not isinstance(spec := playbook.spec(node), LeafNode):
             if isinstance(spec, RunNode):

@@ -16,6 +16,7 @@ from triage.batches import to_device
 from triage.checkpoint import Checkpoint, load_model_state, read_checkpoint
 from triage.contract import Setup
 from triage.data_guard import DataGuard
+from triage.disagreements import differences, settings
 from triage.distributed.checkpoint import load_distributed
 from triage.distributed.wrappers import unwrap
 from triage.entry import SetupFactory, call_setup, entry_name, load_entry
@@ -54,6 +55,9 @@ class Session:
     memo: dict[str, Any] = field(default_factory=dict)
     # Gives loss_fn / train_step a copy of each batch, so the data snapshot never changes (data_guard.py).
     data_guard: Optional[DataGuard] = None
+    # Where setup() and the checkpoint disagree (LR, param groups, the schedule's base): the replays use the
+    # checkpoint's values (triage/disagreements.py).
+    disagreements: list[str] = field(default_factory=list)
 
     @property
     def device(self) -> torch.device:
@@ -142,8 +146,10 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
     seed_everything(seed)
     setup = call_setup(factory, entry)
     _move_to_device(setup)
+    built = settings(setup.optimizer, setup.scheduler)
     if checkpoint is not None:
         _load_checkpoint(setup, checkpoint, checkpoint_path)
+    disagree = differences(built, settings(setup.optimizer, setup.scheduler)) if checkpoint is not None else []
     checkpoint = light  # the model state is in the model now: not kept twice
     batches = _materialise(setup.batches, "batches", setup.device)
     if not batches:
@@ -161,7 +167,7 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
         setup=setup, factory=factory, entry=entry, seed=seed, batches=batches,
         val_batches=val_batches, checkpoint=checkpoint, history=history,
         snapshot=Snapshot.take(setup.model, setup.optimizer, setup.scheduler, setup.scaler, spill_dir=snapshot_dir),
-        data_guard=guard,
+        data_guard=guard, disagreements=disagree,
     )
     _check_loss_fn(session)
     return session

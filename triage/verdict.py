@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from triage.disagreements import FINDING_ID as DISAGREEMENT
 from triage.progress import figure, figure_words
 from triage.report.model import Report
 
@@ -14,8 +15,9 @@ _NOT_LOCATED = "not narrowed to a module, batch or parameter"
 def verdict_lines(report: Report) -> list[tuple[str, str]]:
     """(label, text) pairs, one line each: Fix, Where, and Proof (the fix's own experiment) or, where no fix
     was replayed (a data or loop check, a located op, a healthy run), Evidence."""
-    return [("Fix", report.fix), ("Where", where(report)),
-            ("Proof" if report.experiment(report.proof or "") else "Evidence", proof(report))]
+    lines = [("Fix", report.fix), ("Where", where(report)),
+             ("Proof" if report.experiment(report.proof or "") else "Evidence", proof(report))]
+    return lines + [("Note", f.text) for f in report.findings if f.id == DISAGREEMENT]
 
 
 def where(report: Report, shown: int = 3) -> str:

@@ -23,12 +23,14 @@ import triage
 from suite.config import RunConfig
 from suite.faults import (CAUSES, HEALTHY, HEALTHY_VARIANTS, INJECTIONS, OPTIMIZERS, SEVERITIES, Fault,
                           baseline, healthy)
-from suite.families import FAMILY_NAMES, build_setup
+from suite.axes import axis_grid, axis_of, build_axis_fault
+from suite.families import BLIND_FAMILY_NAMES, FAMILY_NAMES, build_setup
 from suite.loop import train, val_loss
 
 LOFO_FAMILIES = ("rnn", "binary_classifier")
 HEALTHY_SEEDS = (0, 1)
-SPLITS = ("tune", "heldout", "lofo")
+SPLITS = ("tune", "heldout", "lofo")      # the grid `--split all` covers
+BLIND_SPLIT = "blind"                      # issues 20/21's axes and kinds (suite.axes): measured blind, never tuned on
 
 
 @dataclass(frozen=True)
@@ -38,15 +40,27 @@ class CaseSpec:
     optimizer: str
     severity: str
     seed: int = 0
+    variant: str = ""      # a blind axis's value on this family (suite.axes), e.g. "sched_onecycle"
 
     @property
     def id(self) -> str:
-        return f"{self.cause}-{self.family}-{self.optimizer}-{self.severity}-{self.seed}"
+        family = f"{self.family}+{self.variant}" if self.variant else self.family
+        return f"{self.cause}-{family}-{self.optimizer}-{self.severity}-{self.seed}"
 
     @classmethod
     def from_id(cls, case_id: str) -> "CaseSpec":
         cause, family, optimizer, severity, seed = case_id.rsplit("-", 4)
-        return cls(cause, family, optimizer, severity, int(seed))
+        family, _, variant = family.partition("+")
+        return cls(cause, family, optimizer, severity, int(seed), variant)
+
+    @property
+    def blind(self) -> bool:
+        return bool(self.variant) or self.family in BLIND_FAMILY_NAMES
+
+    @property
+    def axis(self) -> str:
+        """The blind axis this case belongs to ("" for the tuned grid)."""
+        return axis_of(self.family, self.variant) if self.blind else ""
 
 
 def all_cases() -> list[CaseSpec]:
@@ -58,13 +72,21 @@ def all_cases() -> list[CaseSpec]:
     return specs
 
 
+def blind_cases() -> list[CaseSpec]:
+    """The held-out axes and kinds (suite.axes): split `blind`, never part of `all_cases()`."""
+    return [CaseSpec(*row) for row in axis_grid()]
+
+
 def _rank_key(spec: CaseSpec) -> str:
     return hashlib.sha256(spec.id.encode()).hexdigest()
 
 
 def split_of(spec: CaseSpec) -> str:
     """"lofo" for the held-out families; otherwise "tune" or "heldout", half of each (cause, family) stratum
-    each, chosen by the hash of the id (deterministic; depends on the spec alone)."""
+    each, chosen by the hash of the id (deterministic; depends on the spec alone). The new axes and
+    kinds are "blind"."""
+    if spec.blind:
+        return BLIND_SPLIT
     if spec.family in LOFO_FAMILIES:
         return "lofo"
     seeds = HEALTHY_SEEDS if spec.cause == HEALTHY else (spec.seed,)
@@ -110,6 +132,8 @@ def sample_for_ci(specs: list[CaseSpec], families_per_cause: int = 2,
 
 
 def build_fault(spec: CaseSpec) -> Fault:
+    if spec.blind:
+        return build_axis_fault(spec.cause, spec.family, spec.optimizer, spec.severity, spec.seed, spec.variant)
     base = baseline(spec.family, spec.optimizer, spec.seed)
     if spec.cause == HEALTHY:
         variants = HEALTHY_VARIANTS[spec.severity]

@@ -18,6 +18,7 @@ class DataConfig:
     batch_size: int = 32
     train_examples: Optional[int] = None      # a smaller training set (overfitting); None: n_batches x batch_size
     input_scale: float = 1.0                   # inputs in raw units: every input times this (float inputs only)
+    raw_offset: float = 0.0                    # ...plus this (raw-unit features around 1e5: scale 5e4, offset 1e5)
     nonfinite_batches: tuple[int, ...] = ()    # batches that carry NaN/Inf values
     nonfinite_rows: int = 0                    # how many examples of each such batch
     nonfinite_value: str = "nan"               # "nan" | "inf"
@@ -50,16 +51,25 @@ class ModelConfig:
     embed_scale: float = 1.0                   # transformer_lm: multiplier on the token embeddings
     post_norm: bool = False                    # transformer_lm: post-norm blocks (original Transformer)
     dropout: float = 0.0
+    pretrained: bool = False                   # trunk and neck pretrained in code first (a frozen-by-design backbone)
+    lora_rank: int = 8                         # peft_lm: the LoRA adapters' rank and alpha
+    lora_alpha: float = 16.0
 
 
 @dataclass(frozen=True)
 class Schedule:
     """An LR schedule stepped once per optimizer step."""
 
-    kind: str                                  # "exponential" | "warmup_cosine"
+    kind: str                                  # "exponential" | "warmup_cosine" | the schedule axis's:
+                                               # "linear_warmup" (SequentialLR: LinearLR -> cosine),
+                                               # "lambda_warmup" (LambdaLR closure), "cosine", "onecycle",
+                                               # "plateau" (ReduceLROnPlateau on the loss), "step",
+                                               # "hf_linear_warmup" (transformers), "warm_restarts"
+                                               # (CosineAnnealingWarmRestarts), "chained" (ChainedScheduler)
     gamma: float = 1.0
     warmup: int = 0
     total: int = 0
+    per_epoch: bool = False                    # stepped once per pass over the batches, not per step
 
 
 @dataclass(frozen=True)
@@ -80,8 +90,13 @@ class RunConfig:
                                                # "double_sigmoid" | "smoothed_bce" (binary classifier)
     loss_weight: float = 1.0                   # the loss is multiplied by this (a multi-task weight)
     loss_on_copy: bool = False                 # the loss is computed on a NumPy copy of the outputs
-    train_step: Optional[str] = None           # a buggy loop: "zero_grad_after_backward" | "loss_from_item"
-    freeze: Optional[str] = None               # all but the output bias frozen by: "requires_grad" | "optimizer"
+    train_step: Optional[str] = None           # a buggy loop: "zero_grad_after_backward" | "loss_from_item";
+                                               # a run's own loop (loops axis): "manual_sgd" | "two_optimizers"
+                                               # | "lbfgs_closure" | "accumulate"
+    head_lr: Optional[float] = None            # two_optimizers: the head's own optimizer's LR
+    freeze: Optional[str] = None               # all but the output bias frozen by: "requires_grad" | "optimizer";
+                                               # by design (a linear probe on a pretrained backbone):
+                                               # "probe_requires_grad" | "probe_optimizer"
     checkpoint_step: int = 10                  # steps trained before the checkpoint is written
     checkpoint_on_val_rise: bool = False       # ...or fewer: the first validation log 2% above the best so far
     val_every: int = 0                         # log validation every this many steps (0: never)

@@ -77,7 +77,7 @@ def sensor_traces(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 @functools.lru_cache(maxsize=8)
-def markov_text(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def markov_text(seed: int, successor_logits: tuple[float, ...] = (2.0, 1.2, 0.5)) -> tuple[torch.Tensor, ...]:
     """A made-up language: a sparse first-order Markov chain over ids 1..VOCAB-1 (each id has three
     likely successors; the chain is the same for every seed). Returns (tokens (N, SEQ_LEN),
     next tokens (N, SEQ_LEN), per-sequence loss weights (N,), all 1: a data-mixing weight)."""
@@ -86,7 +86,7 @@ def markov_text(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     logits[:, PAD] = -math.inf
     for t in range(VOCAB):
         successors = 1 + torch.randperm(VOCAB - 1, generator=chain)[:3]
-        logits[t, successors] = torch.tensor([2.0, 1.2, 0.5])
+        logits[t, successors] = torch.tensor(successor_logits)
     probs = logits.softmax(-1)
     g = torch.Generator().manual_seed(2000 + seed)
     seq = torch.empty(POOL, SEQ_LEN + 1, dtype=torch.long)
@@ -139,8 +139,8 @@ def snapshot(tensors: tuple[torch.Tensor, ...], cfg: DataConfig, seed: int,
     assert n_train <= VAL_START, "training rows would run into the validation rows"
     train = batches_of(tensors, 0, n_train // size, size)
     val = batches_of(tensors, VAL_START, cfg.val_batches, 32)
-    train = [_scaled(b, INPUTS, cfg.input_scale) for b in train]
-    val = [_scaled(b, INPUTS, cfg.input_scale) for b in val]
+    train = [_raw(_scaled(b, INPUTS, cfg.input_scale), cfg.raw_offset) for b in train]
+    val = [_raw(_scaled(b, INPUTS, cfg.input_scale), cfg.raw_offset) for b in val]
     if cfg.shuffled_labels:
         train = _shuffle_targets(train, cfg.shuffled_labels, seed)
     if cfg.label_noise:
@@ -162,6 +162,10 @@ def _replace(batch: Batch, index: int, value: torch.Tensor) -> Batch:
 
 def _scaled(batch: Batch, part: int, scale: float) -> Batch:
     return batch if scale == 1.0 else _replace(batch, part, batch[part] * scale)
+
+
+def _raw(batch: Batch, offset: float) -> Batch:
+    return batch if offset == 0.0 else _replace(batch, INPUTS, batch[INPUTS] + offset)
 
 
 def _shuffle_targets(batches: list[Batch], fraction: float, seed: int) -> list[Batch]:

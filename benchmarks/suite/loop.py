@@ -96,13 +96,28 @@ def train(setup: triage.Setup, steps: int, knobs: Knobs = Knobs(), val_every: in
             else:
                 loss = _reference_step(setup, batch, precision, clip)
         if scheduler is not None and knobs.hold_peak_lr is None:
-            scheduler.step()
+            step_scheduler(scheduler, loss, end_of_epoch=(first_batch + i) % len(batches) == len(batches) - 1)
         losses.append(loss)
         if val and (i + 1) % val_every == 0:
             val.append(val_loss(setup, precision))
         if not math.isfinite(loss):
             break
     return Trace(tuple(losses), tuple(val))
+
+
+PER_EPOCH = "suite_per_epoch"  # a scheduler carrying this attribute (True) is stepped once per pass over the batches
+
+
+def step_scheduler(scheduler, loss: float, end_of_epoch: bool) -> None:
+    """Step the LR schedule as a real loop does: ReduceLROnPlateau on the loss (a finite one), a per-epoch
+    schedule at the end of each pass over the batches, every other schedule after every step."""
+    if getattr(scheduler, PER_EPOCH, False) and not end_of_epoch:
+        return
+    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        if math.isfinite(loss):
+            scheduler.step(loss)
+        return
+    scheduler.step()
 
 
 def _reference_step(setup: triage.Setup, batch, precision: str, clip: Optional[float]) -> float:

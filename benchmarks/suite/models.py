@@ -201,6 +201,12 @@ def binary_classifier(cfg: ModelConfig) -> Net:
     return _finish(Net(trunk, Neck(48, 32, cfg), nn.Linear(32, 1), cfg.detach), cfg)
 
 
+def multilabel_mlp(cfg: ModelConfig) -> Net:
+    """The digits MLP with one logit per attribute (the multilabel family)."""
+    trunk = nn.Sequential(*_first_layers(cfg, nn.Linear(64, 64), (1,), 64), nn.ReLU())
+    return _finish(Net(trunk, Neck(64, 64, cfg), nn.Linear(64, 4), cfg.detach), cfg)
+
+
 def _finish(net: Net, cfg: ModelConfig) -> Net:
     if cfg.init_std is not None:
         unit_variance_init(net, cfg.init_std)

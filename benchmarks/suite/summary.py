@@ -94,6 +94,12 @@ def print_accuracy(results: list[CaseResult], out: TextIO, title: str = "") -> N
         if group:
             ok = sum(r.expected == predicted(r) for r in group)
             out.write(f"  {level or 'none':<7} n={len(group):4d}  right {ok / len(group):.0%}\n")
+    misses = [r for r in runs if r.expected != predicted(r)]
+    order = {"high": 0, "medium": 1, "low": 2}
+    if misses:
+        out.write("misses (high confidence first): id, truth -> verdict (confidence)\n")
+        for r in sorted(misses, key=lambda r: (order.get(r.confidence, 3), r.id)):
+            out.write(f"  {r.id}: {r.expected} -> {predicted(r)} ({r.confidence or 'none'})\n")
     seconds = sorted(r.seconds for r in runs)
     out.write(f"seconds per triage run: median {statistics.median(seconds):.1f}, max {seconds[-1]:.1f}, "
               f"sum {sum(seconds):.0f}\n")

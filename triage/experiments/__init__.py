@@ -4,6 +4,7 @@ from triage.experiments.activations import ACTIVATION_HEALTH
 from triage.experiments.base import Context, Experiment, NotApplicable, Outcome, Params
 from triage.experiments.batch_scan import BATCH_SCAN
 from triage.experiments.checkpoint_check import CHECKPOINT_CHECK
+from triage.experiments.curvature import CURVATURE
 from triage.experiments.data_check import DATA_CHECK
 from triage.experiments.epoch_order import EPOCH_ORDER
 from triage.experiments.gradient_flow import GRADIENT_FLOW
@@ -27,7 +28,7 @@ from triage.records import ExperimentRun
 BUILTIN = (DATA_CHECK, CHECKPOINT_CHECK, LABEL_CHECK, OVERLAP_CHECK, HISTORY_CHECK, LOOP_DIFF, INIT_LOSS, REPLAY,
            BATCH_SCAN, LOCATE_NONFINITE, LR_RANGE_TEST, GRADIENT_FLOW, ACTIVATION_HEALTH, LR_TRACE,
            OUTPUT_CHECK, LR_SEARCH, INIT_SEARCH, REPLICA_SYNC, RANK_DATA, EPOCH_ORDER,
-           STANDARD_LOSS_SWAP)
+           STANDARD_LOSS_SWAP, CURVATURE)
 
 
 def default_registry() -> Registry:

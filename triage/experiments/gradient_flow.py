@@ -14,6 +14,7 @@ import torch
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.by_design import frozen_by_design, is_peft
 from triage.experiments.training import autocast, loss_value
 from triage.views import Bars
 
@@ -41,12 +42,17 @@ class GradientFlowOutcome(Outcome):
     zero_grad: list[str] = Field(default_factory=list, description="Trainable parameters whose gradient is "
                                  "exactly zero through an intact graph (e.g. behind dead units).")
     zero_grad_fraction: float = Field(default=0.0, description="Of the trainable parameters' elements.")
-    frozen: list[str] = Field(description="Parameters with requires_grad=False.")
+    frozen: list[str] = Field(description="Parameters with requires_grad=False (those frozen by design left out).")
     frozen_count: int
     frozen_fraction: float = Field(description="Of all parameter elements.")
-    not_in_optimizer: list[str] = Field(description="requires_grad=True but in no optimizer param group.")
+    not_in_optimizer: list[str] = Field(description="requires_grad=True but in no optimizer param group (those "
+                                                    "left out by design not counted).")
     not_in_optimizer_count: int
     not_in_optimizer_fraction: float = Field(description="Of all parameter elements.")
+    by_design: list[str] = Field(default_factory=list, description="Parameters that do not train on purpose: a "
+                                 "PEFT model's base, or the names Setup.frozen_by_design declares.")
+    by_design_fraction: float = Field(default=0.0, description="Of all parameter elements.")
+    peft: bool = Field(default=False, description="The model is a PEFT model (adapters on a frozen base).")
     loss_has_grad: bool = Field(description="The loss is attached to a graph (loss.requires_grad).",
                                 json_schema_extra={"ranks": "all"})
     early_late_ratio: Optional[float] = Field(
@@ -74,16 +80,18 @@ def measure(ctx: Context, p: GradientFlowParams) -> GradientFlowOutcome:
         ctx.progress(i + 1, len(batches))
     if not loss_has_grad:  # a partial sum would not be the mean gradient
         setup.optimizer.zero_grad(set_to_none=True)
-    return _summarise(model, setup.optimizer, float(np.mean(losses)), loss_has_grad)
+    return _summarise(model, setup.optimizer, float(np.mean(losses)), loss_has_grad,
+                      frozen_by_design(model, setup.optimizer, setup.frozen_by_design))
 
 
 def _summarise(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: float,
-               loss_has_grad: bool) -> GradientFlowOutcome:
+               loss_has_grad: bool, by_design: set[str]) -> GradientFlowOutcome:
     in_optimizer = {id(q) for group in optimizer.param_groups for q in group["params"]}
     named = list(model.named_parameters())
     total = sum(q.numel() for _, q in named) or 1
-    frozen = [(n, q) for n, q in named if not q.requires_grad]
-    outside = [(n, q) for n, q in named if q.requires_grad and id(q) not in in_optimizer]
+    designed = [(n, q) for n, q in named if n in by_design]
+    frozen = [(n, q) for n, q in named if not q.requires_grad and n not in by_design]
+    outside = [(n, q) for n, q in named if q.requires_grad and id(q) not in in_optimizer and n not in by_design]
     trainable = [(n, q) for n, q in named if q.requires_grad and id(q) in in_optimizer]
     norms = {n: _grad_norm(q) for n, q in named}
     no_grad = [(n, q) for n, q in trainable if norms[n] is None]
@@ -99,6 +107,7 @@ def _summarise(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: f
         frozen=[n for n, _ in frozen], frozen_count=len(frozen), frozen_fraction=_elements(frozen) / total,
         not_in_optimizer=[n for n, _ in outside], not_in_optimizer_count=len(outside),
         not_in_optimizer_fraction=_elements(outside) / total,
+        by_design=[n for n, _ in designed], by_design_fraction=_elements(designed) / total, peft=is_peft(model),
         loss_has_grad=loss_has_grad,
         early_late_ratio=_early_late_ratio([norms[n] for n, q in named if q.dim() >= 2 and q.grad is not None]),
         min_layer_norm=min(with_grad) if with_grad else None,

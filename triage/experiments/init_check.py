@@ -38,6 +38,10 @@ class InitCheckOutcome(Outcome):
     activation_std_growth_setup: Optional[float] = Field(
         default=None, description="The same at setup()'s init: >> 1 is activations exploding with depth.")
     activation_std_growth_default: Optional[float] = Field(default=None, description="The same at default init.")
+    setup_init_is_default: Optional[bool] = Field(
+        default=None, description="setup()'s init is PyTorch's default scheme: every weight matrix's spread at "
+                                  "setup()'s init within 25% of its spread after reset_parameters(). A restart "
+                                  "with the default init is then the run's own init redrawn, a control.")
     weight_norm_checkpoint: float = Field(description="Norm of all the checkpoint's weight matrices (dim >= 2).")
     weight_norm_setup_init: float = Field(description="The same at setup()'s own init.")
     weight_norm_vs_init: Optional[float] = Field(
@@ -51,12 +55,12 @@ def measure(ctx: Context, p: InitCheckParams) -> InitCheckOutcome:
     batches = session.batches[:p.batches]
     k = _num_classes(session.setup, batches[0], device)
     expected = math.log(k) if k else None
-    figures, norms = {}, {}
+    figures, norms, spreads = {}, {}, {}
     for label, setup in (("checkpoint", session.setup), ("setup", None), ("default", None)):
         if setup is None:
             setup = session.fresh_setup(default_init=label == "default")
         figures[label] = (mean_loss(setup, batches, device), _activation_std_growth(setup, batches[0], device))
-        norms[label] = _matrix_norm(setup.model)
+        norms[label], spreads[label] = _matrix_norm(setup.model), matrix_spreads(setup.model)
         ctx.progress(len(figures), 3)
     session.restore()  # the checkpoint model's forwards may have moved BatchNorm statistics
 
@@ -76,6 +80,7 @@ def measure(ctx: Context, p: InitCheckParams) -> InitCheckOutcome:
         activation_std_growth_checkpoint=figures["checkpoint"][1],
         activation_std_growth_setup=figures["setup"][1],
         activation_std_growth_default=figures["default"][1],
+        setup_init_is_default=same_scheme(spreads["setup"], spreads["default"]),
         weight_norm_checkpoint=norms["checkpoint"], weight_norm_setup_init=norms["setup"],
         weight_norm_vs_init=norms["checkpoint"] / norms["setup"] if norms["setup"] > 0 else None,
     )
@@ -95,6 +100,23 @@ def _num_classes(setup: Setup, batch: Any, device: torch.device) -> Optional[int
 def _matrix_norm(model: torch.nn.Module) -> float:
     norms = [p.detach().float().norm() for p in model.parameters() if p.dim() >= 2]
     return float(torch.stack(norms).norm()) if norms else 0.0
+
+
+@torch.no_grad()
+def matrix_spreads(model: torch.nn.Module) -> dict[str, float]:
+    """The standard deviation of each weight matrix (dim >= 2), by name."""
+    return {name: float(p.detach().float().std()) for name, p in model.named_parameters() if p.dim() >= 2}
+
+
+DEFAULT_SPREAD_TOLERANCE = 1.25  # two draws of one scheme differ by a few %; a custom scheme by 2x or more
+
+
+def same_scheme(setup: dict[str, float], default: dict[str, float]) -> Optional[bool]:
+    """Every weight matrix's spread at setup()'s init within 25% of the default init's (None: nothing to compare:
+    no weight matrix, or a layer whose default spread is 0)."""
+    if not setup or setup.keys() != default.keys() or not all(v > 0 for v in default.values()):
+        return None
+    return all(1 / DEFAULT_SPREAD_TOLERANCE <= setup[n] / default[n] <= DEFAULT_SPREAD_TOLERANCE for n in setup)
 
 
 @torch.no_grad()

@@ -1,6 +1,13 @@
 """The loss levels a run is judged against: what a model that learned nothing would score.
 
 - `chance`: ln K for a classifier over K classes (uniform guessing).
+- `floor`: the least the loss can score: the run's `loss_fn` on a perfect prediction (the target itself
+  for a regressor, a 30-logit margin on the true class for a classifier, both the 0/1 target and its
+  logit for binary targets) at the checkpoint's weights, and never above 0 (cross-entropy, MSE, BCE,
+  Huber, L1 score ~0 there; a term that does not depend on the output moves it). Measured only where
+  the perfect prediction scores well under the constant one (the loss rewards being right). A value
+  below it is a symptom (a term with the wrong sign, an unbounded fall), never a fix. Unknown (None)
+  where no perfect prediction can be built (a Gaussian NLL, an ELBO: negative by nature).
 - `constant`: the loss of the best constant prediction, measured through the run's own `loss_fn`:
   the class frequencies of the snapshot as logits for a classifier (its label entropy), the mean
   target for a regressor (the target variance under MSE). For 0/1 float targets (a binary or
@@ -9,7 +16,9 @@
   the mean itself). The model's output is swapped for that constant by a forward hook, so label
   smoothing, class weights or an ignore index count as the run counts them.
 
-Both depend on the data alone, never on the weights: they are measured once per session.
+`chance` and `constant` depend on the data alone, `floor` also on the checkpoint's weights (a term of the
+loss that reads them): all are measured once per session, at the checkpoint (the engine measures them
+before its first experiment, the replay before its first step).
 """
 
 from __future__ import annotations
@@ -35,6 +44,15 @@ class LossLevels(BaseModel):
     num_classes: Optional[int] = None
     chance: Optional[float] = Field(default=None, description="ln K, classifiers only.")
     constant: Optional[float] = Field(default=None, description="Loss of the best constant prediction.")
+    floor: Optional[float] = Field(default=None, description="The least this loss can score (0 where its value "
+                                                              "on a perfect prediction is ~0), else unknown.")
+
+    def below_floor(self, loss: Optional[float]) -> bool:
+        """`loss` lies under the floor by more than rounding (a thousandth of the learned-nothing loss)."""
+        if self.floor is None or loss is None or not math.isfinite(loss):
+            return False
+        scale = abs(self.nothing_learned) if self.nothing_learned else 1.0
+        return loss < self.floor - 1e-3 * scale
 
     @property
     def nothing_learned(self) -> Optional[float]:
@@ -80,13 +98,74 @@ def _measure(session: Any) -> LossLevels:
     if targets is not None and k >= 2:
         prior = class_prior(session.batches, k)
         constant = None if prior is None else constant_loss(setup, batches, prior.log())
-        return LossLevels(kind="classification", num_classes=k, chance=math.log(k), constant=constant)
+        return LossLevels(kind="classification", num_classes=k, chance=math.log(k), constant=constant,
+                          floor=_floor(constant, perfect_loss(setup, batches, _margin_on_the_label)))
     mean = target_mean(session.batches, output)
     if mean is None:
         return LossLevels(kind="unknown")
     if binary_targets(session.batches, output):
-        return LossLevels(kind="binary", constant=best_constant_loss(setup, batches, binary_constants(mean)))
-    return LossLevels(kind="regression", constant=constant_loss(setup, batches, mean))
+        constant = best_constant_loss(setup, batches, binary_constants(mean))
+        perfect = [perfect_loss(setup, batches, make) for make in (_the_target, _target_logit)]
+        return LossLevels(kind="binary", constant=constant,
+                          floor=_floor(constant, min((v for v in perfect if v is not None), default=None)))
+    constant = constant_loss(setup, batches, mean)
+    return LossLevels(kind="regression", constant=constant,
+                      floor=_floor(constant, perfect_loss(setup, batches, _the_target)))
+
+
+PERFECT_MARGIN = 30.0  # logits: the true class 30 above the rest, a probability within 1e-13 of 1
+
+
+def _floor(constant: Optional[float], perfect: Optional[float]) -> Optional[float]:
+    """The perfect prediction's loss, capped at 0, where it is under half the constant prediction's."""
+    if perfect is None or constant is None or not perfect < 0.5 * constant:
+        return None
+    return min(0.0, perfect)
+
+
+def _margin_on_the_label(output: torch.Tensor, batch: Any) -> Optional[torch.Tensor]:
+    y = class_targets(batch)
+    if y is None or tuple(y.shape) != tuple(output.shape[:-1]):
+        return None
+    y = y.long().clamp(0, output.shape[-1] - 1)  # an ignored (-100) position is ignored by the loss too
+    return torch.nn.functional.one_hot(y, output.shape[-1]).to(output.dtype) * PERFECT_MARGIN
+
+
+def _the_target(output: torch.Tensor, batch: Any) -> Optional[torch.Tensor]:
+    target = regression_target(batch, output.numel())
+    return target.reshape(output.shape).to(output.dtype) if target is not None else None
+
+
+def _target_logit(output: torch.Tensor, batch: Any) -> Optional[torch.Tensor]:
+    target = _the_target(output, batch)
+    return (target * 2 - 1) * PERFECT_MARGIN if target is not None else None
+
+
+def perfect_loss(setup: Any, batches: list[Any], perfect) -> Optional[float]:
+    """The run's loss when the model outputs `perfect(output, batch)` for each batch (None where it
+    cannot be built, or the loss refuses it)."""
+    values = []
+    for batch in batches:
+        def replace(module, inputs, output, batch=batch):
+            if not isinstance(output, torch.Tensor):
+                raise _Stop
+            swapped = perfect(output, batch)
+            if swapped is None:
+                raise _Stop
+            return swapped.to(output.device)
+
+        handle = setup.model.register_forward_hook(replace)
+        was_training = setup.model.training
+        setup.model.eval()
+        try:
+            values.append(loss_value(setup.loss_fn(setup.model, batch)))
+        except Exception:  # no perfect prediction of this shape, or the loss refuses it
+            return None
+        finally:
+            handle.remove()
+            setup.model.train(was_training)
+    value = sum(values) / len(values) if values else math.nan
+    return value if math.isfinite(value) else None
 
 
 def top_output(setup: Any, batch: Any) -> Optional[torch.Tensor]:

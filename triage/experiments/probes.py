@@ -7,6 +7,7 @@ experiments that probe the checkpoint's model call `session.restore()` when they
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Optional
 
 import numpy as np
@@ -92,6 +93,10 @@ def loss_reads(setup: Setup, batch: Any, device: torch.device) -> list[str]:
     the batch says nothing (inputs, targets, input lengths, target lengths). Measured by recording the
     tensors every torch function gets while the loss runs; a view or `.long()` of a batch tensor counts
     as that tensor. Empty where the loss reads none (a model that computes its own loss)."""
+    from triage.data_guard import copy_batch
+
+    batch = copy_batch(batch)  # the user's own loss_fn (unwrapped below) may change its batch in place
+    loss_fn = inspect.unwrap(setup.loss_fn)  # the data guard's copy would read every tensor of the batch
     candidates = {name: t for name, t in named_tensors(batch) if _is_integer(t) and t.numel() > 0}
     storages = {name: t.untyped_storage().data_ptr() for name, t in candidates.items()}
     read: set[int] = set()
@@ -116,7 +121,7 @@ def loss_reads(setup: Setup, batch: Any, device: torch.device) -> list[str]:
                setup.model.register_forward_hook(leave, always_call=True)]
     try:
         with Recorder(), autocast(setup.precision, device):
-            setup.loss_fn(setup.model, batch)
+            loss_fn(setup.model, batch)
     except Exception:  # noqa: BLE001 - a loss that fails on these labels has read them before it failed
         pass
     finally:

@@ -45,6 +45,9 @@ class ReplayParams(Params):
     skip_outliers_of: Optional[str] = Field(
         default=None, description="Leave out the batches a batch_scan node flagged (its node id).",
         json_schema_extra={"node_runs": "batch_scan"})
+    lr_factor_of: Optional[str] = Field(
+        default=None, description="Multiply the lr by the factor an lr_search node chose (its lr_factor): that "
+                                  "LR replayed over other steps.", json_schema_extra={"node_runs": "lr_search"})
     lr_scale_from: Optional[str] = Field(
         default=None, description="Multiply the lr by the suggested_ratio an lr_range_test node measured.",
         json_schema_extra={"node_runs": "lr_range_test"})
@@ -126,7 +129,10 @@ class ReplayOutcome(VerifiedFix):
     truncated: bool = Field(default=False, description="Stopped early by the time budget.")
     loss_start: Optional[float] = Field(default=None, description="Median loss of the first fifth of steps.")
     loss_end: Optional[float] = Field(default=None, description="Median loss of the last fifth of steps.")
-    loss_ratio: Optional[float] = Field(default=None, description="loss_end / loss_start (positive losses).")
+    loss_ratio: Optional[float] = Field(
+        default=None, description="loss_end / loss_start for a positive loss; for a negative one (a policy-gradient "
+                                  "surrogate, a log-likelihood) 1 + (loss_end - loss_start) / |loss_start|, so that "
+                                  "above 1 is always a rise and below 1 a fall, by the same share of its size.")
     loss_min: Optional[float] = None
     loss_max: Optional[float] = None
     log_slope: Optional[float] = Field(default=None, description="Slope of ln(loss) per step.")
@@ -148,6 +154,12 @@ class ReplayOutcome(VerifiedFix):
                                   "(label entropy, target variance), else ln K.")
     level_ratio: Optional[float] = Field(
         default=None, description="loss_end / nothing_level: ~1 is a run that learned nothing.")
+    loss_floor: Optional[float] = Field(
+        default=None, description="The least this loss can score (0 for cross-entropy, MSE, BCE, ...), where "
+                                  "measured: its value on a perfect prediction.")
+    below_floor: bool = Field(default=False, description="The loss went below its floor: a symptom (a term with "
+                                                         "the wrong sign), never a fix.",
+                              json_schema_extra={"ranks": "any"})
 
 
 @dataclass
@@ -190,6 +202,7 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
     """The replay from the restored snapshot, verified against `p.against` when it names one. `loss_fn`,
     when given, trains in place of the run's own (for an experiment that replays on another loss)."""
     session = ctx.session
+    loss_levels(session)  # measured (once) at the checkpoint's weights, before this replay moves them
     setup = session.setup if p.init == "checkpoint" else session.fresh_setup()
     if loss_fn is not None:
         setup = setup.model_copy(update={"loss_fn": loss_fn})
@@ -280,7 +293,8 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
     batches = [b for i, b in enumerate(session.batches) if i not in skip] or session.batches[:1]
     if p.subset:
         batches = [first_examples(batches[0], p.subset)]
-    lr_scale = p.lr_scale * _suggested_ratio(ctx, p.lr_scale_from) * (peak_ratio or 1.0)
+    lr_scale = p.lr_scale * _suggested_ratio(ctx, p.lr_scale_from) * _chosen_factor(ctx, p.lr_factor_of) \
+        * (peak_ratio or 1.0)
     user, note = own[0] or p.loop == "user", own[1]
     names = list(getattr(optimizer, "optimizers", {}))
     if p.lr_of is not None and p.lr_of not in names:
@@ -407,14 +421,23 @@ def _suggested_ratio(ctx: Context, node: Optional[str]) -> float:
         return 1.0
     ratio = getattr(ctx.outcomes.get(node), "suggested_ratio", None)
     if not ratio or ratio <= 0:
-        raise ValueError(f"node '{node}' measured no suggested_ratio to scale the lr by")
+        raise NotApplicable(f"node '{node}' measured no suggested_ratio to scale the lr by")
     return float(ratio)
+
+
+def _chosen_factor(ctx: Context, node: Optional[str]) -> float:
+    if node is None:
+        return 1.0
+    factor = getattr(ctx.outcomes.get(node), "lr_factor", None)
+    if not factor or factor <= 0:
+        raise NotApplicable(f"node '{node}' chose no LR factor to replay")
+    return float(factor)
 
 
 def _typical_norm(ctx: Context, node: str) -> float:
     norm = getattr(ctx.outcomes.get(node), "grad_norm_start", None)
     if not norm or not math.isfinite(norm) or norm <= 0:
-        raise ValueError(f"node '{node}' measured no typical gradient norm to clip at")
+        raise NotApplicable(f"node '{node}' measured no typical gradient norm to clip at")
     return float(norm)
 
 
@@ -455,7 +478,8 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
                        against=p.against, levels=levels, margin=p.margin, level_margin=p.level_margin),
         loop_used=t.loop_used, loop_note=t.loop_note,
         optimizer_steps=t.optimizer_steps, scheduler_steps=t.scheduler_steps, lr_changed_in=t.lr_changed_in,
-        nothing_level=nothing,
+        nothing_level=nothing, loss_floor=levels.floor,
+        below_floor=levels.below_floor(min(finite_losses) if finite_losses else None),
         level_ratio=end / nothing if end is not None and nothing and nothing > 0 and finite else None,
         steps_run=len(t.losses), losses=t.losses, grad_norms=t.norms, lrs=t.lrs,
         val_steps=t.val_steps, val_losses=t.val_losses, skipped=skipped,
@@ -463,9 +487,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         first_nonfinite_step=t.first_bad, truncated=t.truncated, first_nonfinite_ranks=t.first_bad_ranks,
         rank_loss_end=[start_end(list(column))[1] for column in zip(*t.rank_losses)],
         loss_start=start, loss_end=end,
-        # A ratio means "how much lower" only for a positive loss; a negative one (an NLL on raw
-        # scores, say) is read through loss_min instead.
-        loss_ratio=end / start if start and start > 0 and end is not None and t.first_bad is None else None,
+        loss_ratio=_ratio(start, end) if t.first_bad is None else None,
         loss_min=min(finite_losses) if finite_losses else None,
         loss_max=max(finite_losses) if finite_losses else None,
         log_slope=_log_slope(finite_losses),
@@ -481,6 +503,14 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         val_start=t.val_losses[0] if t.val_losses else None,
         val_end=t.val_losses[-1] if t.val_losses else None,
     )
+
+
+def _ratio(start: Optional[float], end: Optional[float]) -> Optional[float]:
+    """How much the loss moved, as a share of its start: end / start where the start is positive, the same
+    share of its size where it is negative (-0.41 -> -0.17 is a rise by 59%: 1.59)."""
+    if start is None or end is None or start == 0:
+        return None
+    return end / start if start > 0 else 1 + (end - start) / abs(start)
 
 
 def _log_slope(losses: list[float]) -> Optional[float]:

@@ -79,9 +79,11 @@ def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
 
 
 def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
-    """Restarts from each alternative initialisation, each verified against the run's own init."""
+    """Restarts from each alternative initialisation, each verified against the run's own init. PyTorch's
+    default is left out where setup()'s init is that very scheme: it is the control redrawn, never a fix."""
     trials: list[tuple[str, ReplayOutcome]] = []
-    for init in p.inits:
+    inits = [i for i in p.inits if not (i == "default" and _setup_init_is_default(ctx))]
+    for init in inits:
         ctx.restart()
         outcome = replay(ctx, ReplayParams(steps=p.steps, init=init, init_scale=p.init_scale,
                                            against=p.against, margin=p.margin, level_margin=p.level_margin,
@@ -90,6 +92,13 @@ def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
     init, chosen = _choose(trials)
     return SearchOutcome(**chosen.model_dump(), chosen=f"init={init}",
                          trials=[_trial(f"init={i}", o) for i, o in trials])
+
+
+def _setup_init_is_default(ctx: Context) -> bool:
+    from triage.experiments.init_check import matrix_spreads, same_scheme
+
+    own = matrix_spreads(ctx.session.fresh_setup().model)
+    return bool(same_scheme(own, matrix_spreads(ctx.session.fresh_setup(default_init=True).model)))
 
 
 def _settled(trials: list[tuple[float, ReplayOutcome]], direction: str) -> bool:

@@ -8,6 +8,8 @@ A counterfactual, started from the same state as the run it is paired with (`aga
   about its inputs — predicting the label frequencies for a classifier (ln K where they cannot be
   measured), the mean target for a regressor — or below its own start when neither is known.
   Staying finite at an absurd level (10^7 x chance) is not a fix, nor is ending at chance.
+- and it does not end below the loss's floor (0 for cross-entropy, MSE, BCE, ...: levels.py measures it):
+  a loss under the least it can score is a symptom (a term with the wrong sign), however low.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class VerifiedFix(Outcome):
     sane_kind: Optional[Literal["constant", "chance", "start"]] = Field(
         default=None, description="constant: level_margin x the best constant prediction's loss (label "
                                   "frequencies, mean target); chance: level_margin x ln K; start: its own start.")
-    sane: Optional[bool] = Field(default=None, description="Ends below sane_level.", json_schema_extra={"ranks": "all"})
+    sane: Optional[bool] = Field(default=None, description="Ends below sane_level, and not below the loss's floor.",
+                                 json_schema_extra={"ranks": "all"})
     fix_works: Optional[bool] = Field(default=None, description="Finite, better and sane: the fix is verified.",
                                       json_schema_extra={"ranks": "all"})
 
@@ -71,7 +74,7 @@ def verification(*, finite: bool, loss_start: Optional[float], loss_end: Optiona
         level, kind = level_margin * levels.chance, "chance"
     else:
         level, kind = loss_start, "start"
-    sane = bool(ended and level is not None and loss_end < level)
+    sane = bool(ended and level is not None and loss_end < level and not levels.below_floor(loss_end))
     return dict(against=against, reference_end=reference_end, reference_steps=getattr(reference, "steps_run", None),
                 improvement=improvement, better=better,
                 sane_level=level, sane_kind=kind, sane=sane, fix_works=bool(ended and better and sane))

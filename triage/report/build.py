@@ -12,6 +12,7 @@ import pydantic
 import torch
 
 from triage.causes import ROOT_CAUSES
+from triage.disagreements import FINDING_ID as DISAGREEMENT, finding_text
 from triage.distributed.describe import distributed_info
 from triage.engine import Walk
 from triage.playbook import Playbook, parse_condition
@@ -125,7 +126,9 @@ def _location(leaf: LeafNode, walk: Walk) -> Location:
 def _session_findings(session: Session) -> list[FindingRecord]:
     """Findings about the inputs themselves, noticed while the experiments ran (not by a playbook node)."""
     guard = session.data_guard
-    return [FindingRecord(id=fid, text=text) for fid, text in (guard.findings() if guard else [])]
+    found = [FindingRecord(id=fid, text=text) for fid, text in (guard.findings() if guard else [])]
+    disagree = finding_text(session.disagreements)
+    return found + ([FindingRecord(id=DISAGREEMENT, text=disagree)] if disagree else [])
 
 
 def _findings(playbook: Playbook, walk: Walk) -> list[FindingRecord]:
