@@ -335,8 +335,10 @@ def test_an_lr_the_loop_sets_by_hand_each_iteration_is_scaled_too():
             group["lr"] = 0.1
         return _plain_step(model, optimizer, batch)
 
-    out = replay(lambda: classifier_setup(train_step=sets_its_own_lr), steps=3, lr_scale=0.01)
-    assert out.lrs == pytest.approx([0.001] * 3)
+    factory = lambda: classifier_setup(lr=0.5, train_step=sets_its_own_lr)  # noqa: E731  (setup's 0.5 unused)
+    out = replay(factory, steps=3, lr_scale=0.01)
+    assert out.lrs == pytest.approx([0.001] * 3)  # the loop's own 0.1, times the candidate's 0.01
+    assert out.update_ratio < 0.05 * replay(factory, steps=3).update_ratio
 
 
 def test_a_replay_on_another_loss_runs_the_reference_loop_and_says_so():
