@@ -24,9 +24,26 @@ from rich.markup import escape
 from triage.distributed import DEFAULT_RANK_TIMEOUT_S
 from triage.errors import Interrupted, TriageError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+# Plain help (rich_markup_mode=None): typer's rich help shows a bare flag as `--verbose <bool>` under click 8.5,
+# which the parser then refuses; click's own help shows what the parser takes.
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Diagnose a failed training run by experiment.")
-console = Console(stderr=True)
+# Piped into a file or a ticket, lines are not hard-wrapped at 80 columns (a fix line cut mid-value).
+console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from triage import __version__
+
+        print(f"triage {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="Print triage's version and exit.")) -> None:
+    """Diagnose a failed training run by experiment."""
 
 
 class Output(str, Enum):

@@ -79,7 +79,7 @@ class LiveView:
     """rich: one live progress bar for the experiment running; a line above it for each node answered."""
 
     def __init__(self, console: Optional[Console] = None, verbose: bool = False) -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or Console(stderr=True, soft_wrap=not sys.stderr.isatty())
         self.verbose = verbose
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(), _Count(), TimeElapsedColumn(),
                                   console=self.console, transient=True)
