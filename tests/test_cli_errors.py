@@ -90,7 +90,7 @@ def invoke(*args):
     (["--checkpoint", "ckpt.pt", "--entry", "mymod:other_model"], "to have the model's shapes"),
     (["--checkpoint", "ckpt.pt", "--entry", "mymod:float_loss"], "to return a scalar tensor, found float"),
     (["--checkpoint", "ckpt.pt", "--entry", "mymod:wrong_batches"], "batches: Value error, expected a list"),
-    (["--checkpoint", "adam.pt", "--entry", "mymod:setup"], "saved by Adam (its parameter groups hold amsgrad, betas"),
+    (["--checkpoint", "adam.pt", "--entry", "mymod:setup"], "lack dampening, momentum (settings setup()'s SGD needs), and hold betas, eps, which SGD has no setting for"),
     (["--checkpoint", "ckpt.pt", "--entry", "mymod:on_missing_gpu"], "Expected Setup.device 'cuda:7' to be usable"),
     (["--checkpoint", "ckpt.pt", "--entry", "mymod:setup", "--playbook", "bad.yaml"], "node 'a': runs 'nope'"),
 ])

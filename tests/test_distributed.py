@@ -280,8 +280,11 @@ def test_a_setup_that_needs_a_process_group_says_how_to_launch_it(tmp_path):
 
     from triage.cli import app
 
+    import torch
+
+    torch.save({"w": torch.zeros(1)}, tmp_path / "c.pt")  # read before setup(), which refuses first
     result = CliRunner().invoke(app, ["run", "--entry", f"{TESTS / 'dist_faulty_ranks.py'}:needs_group_setup",
-                                      "--out", str(tmp_path / "out")])
+                                      "--checkpoint", str(tmp_path / "c.pt"), "--out", str(tmp_path / "out")])
     assert result.exit_code == 2
     text = " ".join(result.output.split())
     assert "needs a torch.distributed process group" in text and "--nproc-per-node N" in text

@@ -164,3 +164,29 @@ def test_triage_diagnoses_the_capture(tmp_path):
 
     report, _ = triage.run(setup, folder, out=tmp_path / "report")
     assert report.root_cause == "lr_too_high"
+
+
+def test_noise_on_a_flat_loss_spends_no_capture_and_the_later_real_spike_gets_it():
+    """A loss flat at 2.0 with tiny step-to-step noise: a blip of 0.05 is many robust deviations of that noise,
+    yet 2.5 % of the loss's level; the later real spike (to 6.0) is the failure the one capture is for."""
+    rng = random.Random(0)
+    flat = [2.0 + rng.gauss(0, 0.001) for _ in range(300)]
+    flat[150] += 0.05  # a harmless blip: z ~ 35, a 2.5 % rise
+    assert watch_losses(flat) is None
+    fired = watch_losses(flat + [6.0])
+    assert (fired.kind, fired.step) == ("spike", 301)
+    assert "a rise of 200% of that level" in fired.detail
+
+
+def test_with_one_capture_the_recorder_keeps_it_for_the_real_spike_not_the_noise(tmp_path):
+    model = nn.Linear(2, 1)
+    recorder = triage.Recorder(model, torch.optim.SGD(model.parameters(), lr=0.1), dir=tmp_path,
+                               settings=triage.RecorderSettings(max_captures=1))
+    rng = random.Random(1)
+    losses = [2.0 + rng.gauss(0, 0.001) for _ in range(300)]
+    losses[150] += 0.05  # noise on a flat loss
+    for loss in losses + [6.0]:  # then the failure
+        recorder.step(torch.tensor(loss), grad_norm=1.0)
+    assert len(recorder.captures) == 1
+    manifest = json.loads((recorder.captures[0] / "manifest.json").read_text())
+    assert manifest["trigger"]["kind"] == "spike" and manifest["step"] == 301

@@ -66,7 +66,11 @@ def run(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report folder (default: reports/<time>)."),
     playbook: Optional[Path] = typer.Option(None, "--playbook", "-p", help="A playbook YAML (default: the shipped one)."),
     steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Steps per replay (default: the playbook's)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for every experiment."),
+    seed: int = typer.Option(0, "--seed", help="Seed for every experiment (0 to 4294967295: numpy's seeds are 32-bit)."),
+    max_minutes: Optional[float] = typer.Option(
+        None, "--max-minutes", help="A ceiling on the whole walk (default: none). Reached, it cuts the experiment "
+                                    "in flight and the walk stops with no verdict, naming what it cut; below it, "
+                                    "every experiment runs its steps whatever the machine's speed."),
     history: Optional[Path] = typer.Option(None, "--history", help="Loss history: CSV (Lightning metrics.csv), JSONL, trainer_state.json or a TensorBoard log folder."),
     history_loss: Optional[str] = typer.Option(None, "--history-loss", help="The history's training-loss column or tag, when not a usual name."),
     history_val: Optional[str] = typer.Option(None, "--history-val", help="The history's validation-loss column or tag."),
@@ -85,6 +89,12 @@ def run(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Triage a run from its checkpoint and setup function (under torchrun: every rank of a distributed run)."""
+    if checkpoint is None:  # issue 20: a fresh initialisation is a run that never failed
+        with _user_errors(debug):
+            raise TriageError("Expected --checkpoint: the failing run's checkpoint (a .pt/.ckpt file, a Hugging Face "
+                              "checkpoint-N folder, a torch.distributed.checkpoint folder or a flight-recorder "
+                              "capture), found none. Pass --checkpoint PATH; without it triage would replay "
+                              "setup()'s fresh initialisation, a run that never failed.")
     rank = int(os.environ.get("RANK", "0"))
     ahead = _drawer() if not nproc_per_node and rank == 0 else None
     from triage.api import run as run_triage
@@ -98,7 +108,7 @@ def run(
                                    history_loss=history_loss, history_val=history_val, snapshot_dir=snapshot_dir,
                                    listener=_listener(output, silent=rank != 0, verbose=verbose),
                                    command=launch_command(sys.argv[1:]), rank_timeout=rank_timeout,
-                                   ahead=ahead, parallel=True)
+                                   ahead=ahead, parallel=True, max_minutes=max_minutes)
     if files:  # the rank that wrote the report (rank 0 of a distributed run)
         _finish(report, files, output)
     if report.stopped:

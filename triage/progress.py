@@ -19,7 +19,7 @@ from rich.text import Text
 from triage.records import Decision, ExperimentRun
 from triage.report.words import format_figure
 
-_FAILED = {"error": "[red]✗ error[/]", "oom": "[red]✗ out of memory[/]", "timeout": "[yellow]⏱ over budget[/]",
+_FAILED = {"error": "[red]✗ error[/]", "oom": "[red]✗ out of memory[/]", "timeout": "[yellow]⏱ cut by --max-minutes[/]",
            "not_applicable": "[dim]– not applicable[/]"}
 _CANDIDATE = "candidate of "  # the engine's `when` for a differential's candidate
 SHOWN_FIGURES = 3  # the most figures a line shows without --verbose

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import random
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from triage.distributed.wrappers import unwrap
 from triage.entry import SetupFactory, call_setup, entry_name, load_entry
 from triage.errors import CheckpointError, SetupError
 from triage.history import HistoryPoint, read_history_file
-from triage.optimizer_types import mismatch
+from triage.optimizer_fit import Fitted, OptimizerMismatch, fill_flags, fit_state
 from triage.integrations.derive import derived_factory
 from triage.snapshot import Snapshot
 
@@ -58,6 +59,9 @@ class Session:
     # Where setup() and the checkpoint disagree (LR, param groups, the schedule's base): the replays use the
     # checkpoint's values (triage/disagreements.py).
     disagreements: list[str] = field(default_factory=list)
+    # (finding id, text): what loading had to do to make the checkpoint fit setup() (keys mapped, groups
+    # reordered, a step left out), said in the report beside the findings.
+    load_notes: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def device(self) -> torch.device:
@@ -73,7 +77,7 @@ class Session:
         s = self.setup
         self.snapshot.restore(s.model, s.optimizer, s.scheduler, s.scaler)
 
-    def fresh_setup(self, default_init: bool = False) -> Setup:
+    def fresh_setup(self, default_init: bool = False, at_checkpoint: bool = True) -> Setup:
         """A freshly initialised copy of the run: setup() called again, no checkpoint loaded.
 
         With `default_init`, every module's own `reset_parameters()` replaces whatever init setup()
@@ -82,7 +86,8 @@ class Session:
         A restart is compared with the run at the checkpoint, so it trains as the run was training there:
         its optimizer's hyper-parameters (the LR the run had) and its scheduler's position are the
         checkpoint's, only the weights and the optimizer's moments are fresh. A warmup replayed from step 0
-        would train at a tiny LR and "work" where the run's own LR does not.
+        would train at a tiny LR and "work" where the run's own LR does not. `at_checkpoint=False` keeps
+        setup()'s own step 0 (the LR trace follows the schedule from there).
         """
         # The run's optimizer state is idle while a fresh copy trains, and the engine's next restore puts
         # it back from the snapshot: freed here, a restart never holds two sets of moments at once.
@@ -94,7 +99,7 @@ class Session:
                 if hasattr(module, "reset_parameters"):
                     module.reset_parameters()
         fresh.model.to(self.device)
-        if self.checkpoint is not None:
+        if at_checkpoint and self.checkpoint is not None:
             self._continue_schedule(fresh)
         return self.data_guard.protect(fresh) if self.data_guard is not None else fresh
 
@@ -147,10 +152,10 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
     setup = call_setup(factory, entry)
     _move_to_device(setup)
     built = settings(setup.optimizer, setup.scheduler)
-    if checkpoint is not None:
-        _load_checkpoint(setup, checkpoint, checkpoint_path)
+    load_notes = _load_checkpoint(setup, checkpoint, checkpoint_path) if checkpoint is not None else []
     disagree = differences(built, settings(setup.optimizer, setup.scheduler)) if checkpoint is not None else []
-    checkpoint = light  # the model state is in the model now: not kept twice
+    checkpoint = _with_epoch_step(light, setup) if light is not None else None  # the model state is in the model now
+    load_notes += list(checkpoint.notes if checkpoint else ())
     batches = _materialise(setup.batches, "batches", setup.device)
     if not batches:
         raise SetupError(
@@ -167,7 +172,7 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
         setup=setup, factory=factory, entry=entry, seed=seed, batches=batches,
         val_batches=val_batches, checkpoint=checkpoint, history=history,
         snapshot=Snapshot.take(setup.model, setup.optimizer, setup.scheduler, setup.scaler, spill_dir=snapshot_dir),
-        data_guard=guard, disagreements=disagree,
+        data_guard=guard, disagreements=disagree, load_notes=load_notes,
     )
     _check_loss_fn(session)
     return session
@@ -207,27 +212,27 @@ def _move_to_device(setup: Setup) -> None:
         ) from exc
 
 
-def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> None:
+def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> list[tuple[str, str]]:
+    """Load every part; returns (finding id, text) for what had to be mapped to make it fit."""
+    notes: list[tuple[str, str]] = []
     loaded = load_distributed(setup, checkpoint, path)  # a DCP folder, or into an FSDP2 model's shards
+    optimizer_state = None if "optimizer" in loaded else checkpoint.optimizer_state
+    # Fitted before the model loads: the fit steps a copy of the optimizer on stand-ins, and whatever a
+    # user's optimizer might reach beyond them is overwritten by the load that follows.
+    fitted = _fit_optimizer(setup.optimizer, optimizer_state) \
+        if setup.optimizer is not None and optimizer_state is not None else []
     if "model" not in loaded:
-        load_model_state(unwrap(setup.model), checkpoint.model_state, path)  # a DDP model: its .module
-    parts = [("optimizer", setup.optimizer, None if "optimizer" in loaded else checkpoint.optimizer_state),
-             ("scheduler", setup.scheduler, checkpoint.scheduler_state),
-             ("scaler", setup.scaler, checkpoint.scaler_state)]
-    for name, target, state in parts:
+        for note in load_model_state(unwrap(setup.model), checkpoint.model_state, path):  # DDP: its .module
+            log.warning("%s", note)
+            notes.append(("checkpoint_keys_mapped", note[0].upper() + note[1:] + "."))
+    for what, optimizer, state in fitted:
+        _load_optimizer(optimizer, state, what, notes)
+    for name, target, state in [("scheduler", setup.scheduler, checkpoint.scheduler_state),
+                                ("scaler", setup.scaler, checkpoint.scaler_state)]:
         if target is None or state is None:
             continue
-        other = mismatch(target, state) if name == "optimizer" else None
-        if other:
-            raise CheckpointError(
-                f"Expected the checkpoint's optimizer state to fit the optimizer setup() built, found that "
-                f"{other}. Build the optimizer the run used (its type and parameter groups), or save the "
-                "checkpoint without its optimizer state to replay with fresh moments."
-            )
         try:
             target.load_state_dict(state)
-            if name == "optimizer":
-                _check_hyperparameters(target)
         except Exception as exc:
             raise CheckpointError(
                 f"Expected the checkpoint's {name} state to fit the {name} setup() built "
@@ -236,15 +241,60 @@ def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> None:
             ) from exc
     if checkpoint.optimizer_state is None and "optimizer" not in loaded:
         log.warning("checkpoint %s has no optimizer state: replays start with fresh moments", path)
+    return notes
 
 
-def _check_hyperparameters(optimizer: torch.optim.Optimizer) -> None:
-    """Loading an Adam state into SGD 'works' and fails at the first step: catch it here."""
-    for group in optimizer.param_groups:
-        missing = sorted(set(optimizer.defaults) - set(group))
-        if missing:
-            raise ValueError(f"the saved parameter groups lack {missing}, which "
-                             f"{type(optimizer).__name__} needs (was it saved from another optimizer?)")
+def _with_epoch_step(checkpoint: Checkpoint, setup: Setup) -> Checkpoint:
+    """A checkpoint that saved only its epoch: its step, where setup() says how many steps an epoch has."""
+    per_epoch = getattr(setup, "steps_per_epoch", None)
+    if checkpoint.step is not None or checkpoint.epoch is None or not isinstance(per_epoch, int) or per_epoch < 1:
+        return checkpoint
+    return dataclasses.replace(checkpoint, step=checkpoint.epoch * per_epoch,
+                               step_source=f"{checkpoint.step_source.split(' (')[0]} {checkpoint.epoch} x "
+                                           f"Setup.steps_per_epoch {per_epoch}")
+
+
+def _fit_optimizer(optimizer: torch.optim.Optimizer, state: Any) -> list[tuple[str, torch.optim.Optimizer, Any]]:
+    """(what, optimizer, its state made to fit) for each optimizer to load: the saved state compared with
+    setup()'s optimizer by structure and shapes (triage/optimizer_fit.py), its groups in setup()'s order.
+    Several optimizers (an object with an `optimizers` dict, as Setup(optimizers=...) builds) saved by
+    name: each its own; saved as one state over all their groups: loaded as it is."""
+    members = getattr(optimizer, "optimizers", None)
+    if isinstance(members, dict):
+        if isinstance(state, dict) and set(state) == set(members):
+            return [fitted for name, member in members.items()
+                    for fitted in _fit_optimizer_one(member, state[name], f"optimizer '{name}'")]
+        return [("optimizer", optimizer, Fitted(state))]
+    return _fit_optimizer_one(optimizer, state, "optimizer")
+
+
+def _fit_optimizer_one(optimizer: torch.optim.Optimizer, state: Any, what: str):
+    try:
+        return [(what, optimizer, fit_state(optimizer, state))]
+    except OptimizerMismatch as exc:
+        raise CheckpointError(
+            f"Expected the checkpoint's {what} state to fit the optimizer setup() built "
+            f"({type(optimizer).__name__}), found that {exc}. Build the optimizer the run used (its type and "
+            "parameter groups, in the run's order), or save the checkpoint without its optimizer state to "
+            "replay with fresh moments."
+        ) from None
+
+
+def _load_optimizer(optimizer: torch.optim.Optimizer, fitted: Fitted, what: str,
+                    notes: list[tuple[str, str]]) -> None:
+    try:
+        optimizer.load_state_dict(fitted.state)
+        members = getattr(optimizer, "optimizers", None)
+        for member in [*(members.values() if isinstance(members, dict) else ()), optimizer]:
+            fill_flags(member)
+    except Exception as exc:
+        raise CheckpointError(
+            f"Expected the checkpoint's {what} state to fit the optimizer setup() built ({type(optimizer).__name__}), "
+            f"found a mismatch: {_first_line(exc)}. Build the same optimizer (type and parameter groups) the run saved."
+        ) from exc
+    for note in fitted.notes:
+        log.warning("%s: %s", what, note)
+        notes.append(("optimizer_groups_reordered", f"{what[0].upper()}{what[1:]}: {note}."))
 
 
 def _materialise(batches: Any, name: str, device: str) -> list[Any]:

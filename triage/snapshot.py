@@ -140,6 +140,7 @@ def _spill(tensors: dict[str, Any], folder: Path) -> dict[str, Any]:
     """Write the snapshot's tensors to a file under `folder` and read them back memory-mapped: pages the
     OS can drop and read again, copy-on-write (a restore only reads them). The file is unlinked once
     mapped, so nothing is left behind however triage ends; its space is freed when triage exits."""
+    where = None
     try:
         folder.mkdir(parents=True, exist_ok=True)
         where = Path(tempfile.mkdtemp(prefix="triage-snapshot-", dir=folder))
@@ -148,6 +149,8 @@ def _spill(tensors: dict[str, Any], folder: Path) -> dict[str, Any]:
         size = path.stat().st_size
         mapped = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except (OSError, RuntimeError) as exc:
+        if where is not None:  # a full disk: the part written is removed, nothing is left behind
+            shutil.rmtree(where, ignore_errors=True)
         raise SetupError(f"Expected to keep the snapshot in '{folder}', found it cannot be written there "
                          f"({exc}). Pass another --snapshot-dir with room for about the checkpoint's size, "
                          "or leave it out to keep the snapshot in memory.") from None

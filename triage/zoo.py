@@ -9,15 +9,19 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Optional
 
 from triage import user_cache
-from triage.errors import EntryError
+from triage.errors import EntryError, TriageError
 from triage.shipped import shipped_path
+
+log = logging.getLogger(__name__)
 
 
 def examples_dir() -> Path:
@@ -73,10 +77,32 @@ def cache_dir() -> Path:
 def demo_checkpoint(name: str) -> Path:
     """The example's checkpoint, written on first use (and again whenever the example's code changes)."""
     source = example_path(name).read_bytes() + (examples_dir() / "_zoo.py").read_bytes()
-    path = cache_dir() / f"{name}-{hashlib.sha256(source).hexdigest()[:10]}.pt"
-    if not path.exists():  # written beside it, then renamed: a concurrent reader never sees half a file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.part")
+    file_name = f"{name}-{hashlib.sha256(source).hexdigest()[:10]}.pt"
+    try:
+        return _written(cache_dir() / file_name, name)
+    except OSError as exc:  # an unwritable or full cache folder: the demo still runs, from a temporary folder
+        fallback = Path(tempfile.gettempdir()) / f"triage-demo-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+        log.warning("cannot keep the demo checkpoint in %s (%s); writing it to %s (set TRIAGE_CACHE to a writable "
+                    "folder to keep it)", cache_dir(), exc.strerror or exc, fallback)
+        try:
+            return _written(fallback / file_name, name)
+        except OSError as again:
+            raise TriageError(f"Expected to write the demo's checkpoint under '{cache_dir()}' or '{fallback}', found "
+                              f"neither writable ({again.strerror or again}). Set TRIAGE_CACHE to a folder you can "
+                              "write.") from None
+
+
+def _written(path: Path, name: str) -> Path:
+    """The example's checkpoint at `path`, written beside it and renamed there if missing: a concurrent reader
+    never sees half a file, and a failed write leaves no part behind."""
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.part")
+    try:
         load_example(name).write_checkpoint(partial)
         os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return path

@@ -59,7 +59,7 @@ class LocateOutcome(Outcome):
     found: bool = Field(description="A step with a non-finite loss or gradient was reached.")
     step: Optional[int] = Field(default=None, description="That step (0-based, as replay counts).")
     steps_run: int = 0
-    truncated: bool = Field(default=False, description="Stopped by the time budget before finding one.")
+    truncated: bool = Field(default=False, description="Cut by the walk's ceiling (--max-minutes) before finding one.")
     stage: Optional[str] = Field(default=None, description='"forward" or "backward": where it first appears '
                                                            "(None: the step did not repeat its failure).")
     forward_module: Optional[str] = Field(default=None, description="First module creating a non-finite output.")

@@ -36,7 +36,8 @@ class LrTraceOutcome(Outcome):
                                                        "peak (a low LR before it is warmup, not decay).")
     lr_end: Optional[float] = Field(default=None, description="The LR at the end of the trace.")
     horizon: int = Field(description="Steps the trace was meant to cover.")
-    truncated: bool = Field(default=False, description="The schedule ended early or time ran out.")
+    truncated: bool = Field(default=False, description="The schedule ended early, or the walk's ceiling "
+                                                          "(--max-minutes) cut the trace.")
 
 
 def measure(ctx: Context, p: LrTraceParams) -> LrTraceOutcome:
@@ -52,7 +53,7 @@ def measure(ctx: Context, p: LrTraceParams) -> LrTraceOutcome:
                               lr_now_ratio=1.0 if lr_now > 0 else 0.0, lr_end=lr_now, horizon=horizon)
     # The schedule is a function of the step: a fresh setup() replays it from step 0 on its own
     # optimizer, and the run's real scheduler and optimizer are never touched.
-    fresh = session.fresh_setup()
+    fresh = session.fresh_setup(at_checkpoint=False)  # the schedule from its step 0
     optimizer, scheduler = fresh.optimizer, fresh.scheduler
     if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         # Driven by a metric, not the step: no trace, but the LR it started from is its peak.

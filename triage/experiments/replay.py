@@ -126,7 +126,7 @@ class ReplayOutcome(VerifiedFix):
     rank_loss_end: list[Optional[float]] = Field(
         default_factory=list, description="Distributed: each rank's end-window loss on its own batches (the "
                                           "replay's losses are the ranks' mean per step); empty in one process.")
-    truncated: bool = Field(default=False, description="Stopped early by the time budget.")
+    truncated: bool = Field(default=False, description="Cut by the walk's ceiling (--max-minutes) part way.")
     loss_start: Optional[float] = Field(default=None, description="Median loss of the first fifth of steps.")
     loss_end: Optional[float] = Field(default=None, description="Median loss of the last fifth of steps.")
     loss_ratio: Optional[float] = Field(
@@ -361,8 +361,8 @@ def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_
                 break
         if done >= target:
             break
-        if over_budget:
-            trace.truncated = True
+        if over_budget:  # the walk's ceiling (--max-minutes), on some rank: cut, not measured to its end
+            trace.truncated = ctx.cut = True
             break
         batch = batches[call % len(batches)]
         if own is not None:
@@ -377,7 +377,7 @@ def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_
             loss, norm = reference(batch)
             schedule.after_step(loss)
         call += 1
-        # One collective a step: every rank's figures, and whether any rank is past the budget.
+        # One collective a step: every rank's figures, and whether any rank is past the ceiling.
         rows = ctx.ranks.gather_floats((loss, norm, float(ctx.past_budget())))
         loss, norm = trace.record(rows)
         over_budget = any(row[2] for row in rows)
@@ -558,4 +558,5 @@ REPLAY = Experiment(
     outcome=ReplayOutcome,
     measure=measure,
     views=REPLAY_VIEWS,
+    idle_without_val=("val_every",),
 )

@@ -1,5 +1,6 @@
-"""When a run has failed: a non-finite loss or gradient norm, a loss spike (robust z-score over a window),
-a plateau over a window. The watch only measures and compares; it writes nothing."""
+"""When a run has failed: a non-finite loss or gradient norm, a loss spike (robust z-score over a window,
+and a rise that matters against the loss's own level), a plateau over a window. The watch only measures
+and compares; it writes nothing."""
 
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ class TriggerSettings(BaseModel):
         default=8.0, gt=0, description="A loss this many robust standard deviations above its recent median "
         "is a spike (the deviation: 1.4826 MAD of the step-to-step changes over the window, / sqrt 2); None "
         "turns spikes off.")
+    spike_rel: float = Field(
+        default=0.25, ge=0, description="A spike must also rise this fraction of the loss's own level (its recent "
+        "median) above it: where a loss is flat its step-to-step noise is tiny, and a harmless blip scores a "
+        "large z. 0 turns this off (z alone decides).")
     spike_window: int = Field(default=100, ge=10, description="Steps of finite losses the spike statistics use.")
     spike_min_history: int = Field(default=20, ge=5, description="No spike is called before this many steps.")
     plateau_window: Optional[int] = Field(
@@ -83,11 +88,12 @@ class TriggerWatch:
             self._scale = max(1.4826 * mad, 1e-3 * abs(self._median), 1e-12)
             self._since_refresh = 0
         z = (loss - self._median) / self._scale
-        if z > s.spike_z:
+        rise = loss - self._median
+        if z > s.spike_z and rise > s.spike_rel * abs(self._median):
             return Trigger(kind="spike", step=step,
                            detail=f"the loss {loss:.4g} was {z:.1f} robust standard deviations (of the step-to-step noise "
                                   f"over the last {min(self._seen, s.spike_window)} steps) above its recent median "
-                                  f"{self._median:.4g}")
+                                  f"{self._median:.4g}, a rise of {_share(rise, self._median)} of that level")
         return None
 
     def _plateau(self, step: int) -> Optional[Trigger]:
@@ -102,6 +108,10 @@ class TriggerWatch:
                            detail=f"the loss went from {start:.4g} to {end:.4g} (median of the first and last "
                                   f"quarter) over {window} steps, less than {self.settings.plateau_rel:.0%} down")
         return None
+
+
+def _share(rise: float, level: float) -> str:
+    return f"{rise / abs(level):.0%}" if level else "all"
 
 
 def _median(values: list[float]) -> float:

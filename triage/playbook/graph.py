@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,8 @@ from triage.experiments import Experiment, Registry, default_registry
 from triage.playbook import limits
 from triage.playbook.conditions import Condition, ConditionError, parse_condition
 from triage.playbook.typecheck import NONE, NUMBER, STR, Kinds, check_types, kinds_of
+
+log = logging.getLogger(__name__)
 from triage.playbook.schema import (Candidate, DecisionNode, DifferentialNode, Finding, LeafNode, PlaybookFile,
                                     RunNode)
 from triage.records import SetupFacts
@@ -73,16 +76,6 @@ class Playbook:
     def measured(self, node: str) -> dict[str, Condition]:
         """A differential node's candidates that declare the abnormality they repair, and its condition."""
         return self.graph.nodes[node]["measured"]
-
-    def budget_s(self, run_id: str) -> float:
-        """The time budget of a run node's or a candidate's experiment."""
-        if run_id in self.graph:
-            return self.spec(run_id).budget_s
-        for node in self.graph:
-            spec = self.spec(node)
-            if isinstance(spec, DifferentialNode) and run_id in spec.differential:
-                return spec.differential[run_id].budget_s
-        raise KeyError(run_id)
 
 
 def default_playbook_path() -> Path:
@@ -157,7 +150,33 @@ def _parse_yaml(text: str, path: Path) -> tuple[Any, dict[str, int], dict[str, i
         line = f":{mark.line + 1}" if mark else ""
         raise PlaybookError(f"Playbook {path}{line}: expected valid YAML, found a syntax error "
                             f"({getattr(exc, 'problem', exc)}). Fix the YAML there.") from None
+    twice = _first_duplicate_key(root)
+    if twice:
+        key, first, second, inside = twice
+        what = f"node '{key}'" if inside == "nodes" else f"the key '{key}'" + (f" (under '{inside}')" if inside else "")
+        raise PlaybookError(f"Playbook {path}:{second}: expected each key once in a mapping, found {what} at lines "
+                            f"{first} and {second}; YAML would silently keep the later one. Rename or remove one.")
     return (data, *_node_lines(root))
+
+
+def _first_duplicate_key(root: Any) -> Optional[tuple[str, int, int, str]]:
+    """(key, first line, second line, the key of the mapping holding it) of the first key a YAML mapping
+    holds twice; None when there is none. Iterative: the nesting is bounded (limits.py) but not small."""
+    stack = [(root, "")]
+    while stack:
+        node, inside = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key, value in node.value:
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else None
+                if name is not None and name in seen and name != "<<":
+                    return name, seen[name], key.start_mark.line + 1, inside
+                if name is not None:
+                    seen[name] = key.start_mark.line + 1
+                stack.append((value, name or inside))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, inside) for item in node.value)
+    return None
 
 
 def _node_lines(root: Any) -> tuple[dict[str, int], dict[str, int]]:
@@ -248,8 +267,10 @@ def _build_graph(book: PlaybookFile, registry: Registry, where: _Where):
         if isinstance(spec, RunNode):
             params[node_id] = _node_params(node_id, spec.run, spec.with_, book, registry, where)
             experiments[node_id] = spec.run
+            _warn_budget(node_id, spec.budget_s, where)
         elif isinstance(spec, DifferentialNode):
             for cid, candidate in spec.differential.items():
+                _warn_budget(cid, candidate.budget_s, where)
                 if cid in book.nodes or cid in experiments:
                     raise PlaybookError(where.say(cid, f"candidate id '{cid}' is already used by another node "
                                                        "or candidate; ids name experiments, so they must be unique."))
@@ -278,6 +299,15 @@ def _build_graph(book: PlaybookFile, registry: Registry, where: _Where):
             labels = graph.edges[node_id, target]["labels"] if graph.has_edge(node_id, target) else []
             graph.add_edge(node_id, target, labels=labels + [label])
     return graph, params, experiments
+
+
+def _warn_budget(node_id: str, budget_s: Optional[float], where: _Where) -> None:
+    """`budget_s` once cut an experiment after so many seconds, which made the verdict depend on the
+    machine's speed. Read and ignored, so that an older playbook still loads."""
+    if budget_s is not None:
+        log.warning(where.say(node_id, f"budget_s: {budget_s:g} is ignored: an experiment runs its steps "
+                                       "whatever the machine's speed; bound the whole walk with --max-minutes "
+                                       "instead, and remove budget_s."))
 
 
 def _node_spec(node_id: str, raw: Any, where: _Where) -> Spec:
@@ -382,6 +412,11 @@ class _Refs:
 
     def field(self, ref: str, field: str, at: str, what: str) -> None:
         outcome = self.registry.get(self.experiments[ref]).outcome
+        if field == "seconds":
+            raise PlaybookError(self.where.say(at, f"{what} reads '{ref}.seconds', the experiment's wall time: a "
+                                                   "decision must not depend on how fast the machine is (the same "
+                                                   "checkpoint gets the same verdict everywhere). Read what it "
+                                                   "measured instead, in steps of the run (steps_run, ...)."))
         if field not in outcome.model_fields and field not in RUN_FIELDS:
             raise PlaybookError(self.where.say(at, f"{what}: '{ref}' runs '{self.experiments[ref]}', whose "
                                                    f"outcome has no field '{field}'. "

@@ -38,40 +38,87 @@ def read_text(path: Path) -> str:
 
 
 def check_yaml(text: str) -> Optional[int]:
-    """Walk the YAML event stream (iterative: no recursion, nothing built) and refuse nesting deeper than
-    MAX_DEPTH or more than MAX_VALUES values once aliases are expanded. Returns None when it passes;
-    raises LimitError naming the line otherwise. A syntax error is left to the parser, which says more."""
+    """Refuse nesting deeper than MAX_DEPTH or more than MAX_VALUES values once aliases are expanded, with
+    triage's own message naming the line, whatever the YAML library does: libyaml (PyYAML >= 6.0.4) refuses
+    flow nesting past 1000 levels itself, as a syntax error. Returns None when it passes; a syntax error is
+    left to the parser, which says more."""
+    for loader in _LOADERS:
+        try:
+            _walk_events(text, loader)
+            return None
+        except yaml.YAMLError:
+            continue  # the pure-Python parser next: it has no nesting limit of its own
+    depth, line = _flow_depth(text)
+    if depth > MAX_DEPTH:
+        raise LimitError(f"line {line}: expected YAML nested at most {MAX_DEPTH} levels deep, found deeper; flatten it")
+    return None
+
+
+_LOADERS = tuple(dict.fromkeys((getattr(yaml, "CSafeLoader", yaml.SafeLoader), yaml.SafeLoader)))
+
+
+def _walk_events(text: str, loader: type) -> None:
+    """Walk the YAML event stream (iterative: no recursion, nothing built), counting depth and values."""
     depth, total = 0, 0
     sizes: dict[str, int] = {}  # anchor -> how many values it stands for
     open_collections: list[tuple[Optional[str], int]] = []  # (anchor, total when it opened)
-    try:
-        for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-            line = event.start_mark.line + 1 if event.start_mark else "?"
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise LimitError(f"line {line}: expected YAML nested at most {MAX_DEPTH} levels deep, "
-                                     "found deeper; flatten it")
-                open_collections.append((event.anchor, total))
-                total += 1
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
-                anchor, opened_at = open_collections.pop()
-                if anchor:
-                    sizes[anchor] = total - opened_at
-            elif isinstance(event, yaml.ScalarEvent):
-                total += 1
-                if event.anchor:
-                    sizes[event.anchor] = 1
-            elif isinstance(event, yaml.AliasEvent):
-                total += sizes.get(event.anchor, 1)
-            if total > MAX_VALUES:
-                raise LimitError(f"line {line}: expected at most {MAX_VALUES:,} YAML values (aliases "
-                                 "expanded), found more; a playbook this large is not a flowchart a person "
-                                 "can read (or its aliases repeat themselves exponentially)")
-    except yaml.YAMLError:
-        return None
-    return None
+    for event in yaml.parse(text, Loader=loader):
+        line = event.start_mark.line + 1 if event.start_mark else "?"
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise LimitError(f"line {line}: expected YAML nested at most {MAX_DEPTH} levels deep, "
+                                 "found deeper; flatten it")
+            open_collections.append((event.anchor, total))
+            total += 1
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+            anchor, opened_at = open_collections.pop()
+            if anchor:
+                sizes[anchor] = total - opened_at
+        elif isinstance(event, yaml.ScalarEvent):
+            total += 1
+            if event.anchor:
+                sizes[event.anchor] = 1
+        elif isinstance(event, yaml.AliasEvent):
+            total += sizes.get(event.anchor, 1)
+        if total > MAX_VALUES:
+            raise LimitError(f"line {line}: expected at most {MAX_VALUES:,} YAML values (aliases "
+                             "expanded), found more; a playbook this large is not a flowchart a person "
+                             "can read (or its aliases repeat themselves exponentially)")
+
+
+def _flow_depth(text: str) -> tuple[int, int]:
+    """The deepest nesting of flow brackets ([ and {) outside quotes and comments, and the line where it
+    first passes MAX_DEPTH (or where it peaks): a measure that needs no YAML parser."""
+    depth = deepest = 0
+    line = at = 1
+    quote = ""
+    comment = False
+    previous = "\n"
+    for char in text:
+        if char == "\n":
+            line += 1
+            comment = False
+        elif comment:
+            pass
+        elif quote:
+            if char == quote and not (quote == '"' and previous == "\\"):
+                quote = ""
+        elif char in "'\"" and previous in " \t\n[{,:":
+            quote = char
+        elif char == "#" and previous in " \t\n":
+            comment = True
+        elif char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest <= MAX_DEPTH + 1:
+                    at = line
+        elif char in "]}":
+            depth = max(0, depth - 1)
+        previous = char
+    return deepest, at
 
 
 def check_node_count(nodes: int, candidates: int) -> None:

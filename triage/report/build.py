@@ -50,6 +50,7 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
             path=checkpoint_path,
             layout=session.checkpoint.layout if session.checkpoint else None,
             step=session.checkpoint.step if session.checkpoint else None,
+            step_source=session.checkpoint.step_source if session.checkpoint else None,
         ),
         environment=Environment(
             triage=__version__, torch=torch.__version__, python=sys.version.split()[0],
@@ -60,6 +61,7 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         command=command,
         seconds=round(walk.seconds, 2),
         stopped=walk.stopped,
+        cut=walk.cut,
     )
 
 
@@ -126,7 +128,8 @@ def _location(leaf: LeafNode, walk: Walk) -> Location:
 def _session_findings(session: Session) -> list[FindingRecord]:
     """Findings about the inputs themselves, noticed while the experiments ran (not by a playbook node)."""
     guard = session.data_guard
-    found = [FindingRecord(id=fid, text=text) for fid, text in (guard.findings() if guard else [])]
+    loading = getattr(session, "load_notes", [])  # what loading mapped or left out (session.py)
+    found = [FindingRecord(id=fid, text=text) for fid, text in [*loading, *(guard.findings() if guard else [])]]
     disagree = finding_text(session.disagreements)
     return found + ([FindingRecord(id=DISAGREEMENT, text=disagree)] if disagree else [])
 

@@ -37,7 +37,8 @@ MAX_REPORT_BYTES = 256 * 2**20  # `triage report` reads report.json whole: a rep
 # that settled a branch (`Decision.settled`) where 1.3 had two (`held`, `deciding`); a 1.3 one is read as 1.4.
 # 1.5 adds `CandidateResult.outranked` (a candidate not run because a fix of a lower tier worked).
 # 1.6 adds the status `not_applicable` (an experiment that cannot run in this setup, its reason in `error`) and
-# `CandidateResult.status` (how a candidate's experiment ended).
+# `CandidateResult.status` (how a candidate's experiment ended), and `CheckpointInfo.step_source` (where the step
+# was read; optional).
 READABLE_VERSIONS = ("1.1", "1.2", "1.3", "1.4", "1.5", SCHEMA_VERSION)
 
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -62,7 +63,23 @@ def _compiled_templates() -> Optional[jinja2.BytecodeCache]:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None
-    return jinja2.FileSystemBytecodeCache(str(folder)) if os.access(folder, os.W_OK) else None
+    return _QuietBytecodeCache(str(folder)) if os.access(folder, os.W_OK) else None
+
+
+class _QuietBytecodeCache(jinja2.FileSystemBytecodeCache):
+    """The compiled templates, kept where there is room: a full or broken cache costs a compile, never the page."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except (OSError, EOFError, ValueError):
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError as exc:
+            log.debug("compiled template not kept in the cache: %s", exc)
 
 
 def render_html(report: Report) -> str:
@@ -146,6 +163,8 @@ def neutralise_bidi(text: str) -> str:
 def read_report(path: Path) -> Report:
     path = Path(path)
     try:
+        if path.exists() and not path.is_file():  # /dev/zero or a pipe: its size says nothing, reading never ends
+            raise ValueError("not a regular file (a device, a pipe or a folder)")
         size = path.stat().st_size
         if size > MAX_REPORT_BYTES:
             raise ValueError(f"{size} bytes, over the {MAX_REPORT_BYTES // 2**20} MiB a report can be")
