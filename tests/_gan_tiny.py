@@ -36,6 +36,6 @@ def gan_setup(lr=2e-4 * 1e4):
     torch.manual_seed(0)
     model = nn.ModuleDict({"G": nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2)),
                            "D": nn.Sequential(nn.Linear(2, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))})
-    return triage.Setup(model=model, optimizers={"G": torch.optim.Adam(model["G"].parameters(), lr=lr, betas=(0.5, 0.999)),
-                                                 "D": torch.optim.Adam(model["D"].parameters(), lr=lr, betas=(0.5, 0.999))},
-                        loss_fn=gan_loss, train_step=gan_step, batches=real_batches())
+    optimizers = {name: torch.optim.Adam(model[name].parameters(), lr=lr, betas=(0.5, 0.999)) for name in ("G", "D")}
+    return triage.Setup(model=model, optimizers=optimizers, loss_fn=gan_loss, train_step=gan_step,
+                        batches=real_batches())

@@ -153,10 +153,11 @@ def test_a_second_optimizer_setup_did_not_hand_triage_is_named_not_ignored(tmp_p
 
     def only_d():  # the setup: optimizer=opt_d, while train_step also steps G's Adam
         setup = gan_setup(lr=2.0)
-        return setup.model_copy(update={"optimizer": setup.optimizer["D"],
-                                        "train_step": lambda model, _, batch: setup.train_step(model, setup.optimizer, batch)})
+        both = setup.optimizer
+        return setup.model_copy(update={"optimizer": both["D"],
+                                        "train_step": lambda model, _, batch: setup.train_step(model, both, batch)})
 
-    with pytest.raises(NotApplicable, match=r"train_step stepped an optimizer setup\(\) did not hand triage \(Adam over"):
+    with pytest.raises(NotApplicable, match=r"stepped an optimizer setup\(\) did not hand triage \(Adam over"):
         replay(only_d, steps=2)
     assert "Setup(optimizers=" in run(LOOP_DIFF, session_of(only_d)).unknown_optimizers
     report, _ = triage.run(only_d, None, out=tmp_path)
@@ -186,7 +187,8 @@ def test_a_checkpoint_holds_each_optimizers_state_by_name():
                          Checkpoint(layout="dict", model_state=trained.model.state_dict(), optimizer_state=states))
     for name, optimizer in session.setup.optimizer.items():
         first = next(iter(optimizer.state.values()))
-        assert int(first["step"]) == 3 and torch.equal(first["exp_avg"], next(iter(trained.optimizer[name].state.values()))["exp_avg"])
+        saved = next(iter(trained.optimizer[name].state.values()))
+        assert int(first["step"]) == 3 and torch.equal(first["exp_avg"], saved["exp_avg"])
 
 
 # --- 3. a closure optimizer: LBFGS ------------------------------------------------------------------------
@@ -310,7 +312,8 @@ def test_the_lr_trace_of_a_per_epoch_scheduler_holds_each_epoch():
                                                            total_steps=24)))
     by_step = dict(zip(out.steps, out.lrs))
     assert by_step[0] == by_step[7] == 1.0
-    assert by_step[8] == pytest.approx(0.7) and by_step[23] == pytest.approx(0.49) and out.lr_end == pytest.approx(0.343)
+    assert by_step[8] == pytest.approx(0.7) and by_step[23] == pytest.approx(0.49)
+    assert out.lr_end == pytest.approx(0.343)
 
 
 def test_locate_steps_lbfgs_with_its_closure():

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.views import Curve, Line
-from triage.experiments.own_step import Candidate, OwnStep
+from triage.experiments.own_step import Candidate, OwnStep, weights_fingerprint
 from triage.experiments.training import (autocast, grad_norm, grad_scaler, reference_step,
                                          start_end, trainable, untouched_buffers_and_rng)
 from triage.optimizer_set import ManualUpdate, OptimizerSet
@@ -100,10 +100,10 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
             batch = session.batches[step % len(session.batches)]
             watch.pending = _fresh_grads(setup, batch, params, session.device)
             scale = _scale(setup.scaler)
-            moved = _weights_fingerprint(params)
+            moved = weights_fingerprint(params)
             with watch.counting():
                 figures = own(batch)
-            watch.manual_updates += not watch.stepped_this_call and _weights_fingerprint(params) != moved
+            watch.manual_updates += not watch.stepped_this_call and weights_fingerprint(params) != moved
             watch.scaler_skips += scale is not None and _scale(setup.scaler) < scale
             if figures.returned_has_grad is not None:
                 returned_has_grad = bool(returned_has_grad) or figures.returned_has_grad
@@ -334,11 +334,6 @@ def _scale(scaler: Any) -> Optional[float]:
         return float(scaler.get_scale())
     except Exception:  # noqa: BLE001  (not yet initialised: no step so far)
         return None
-
-
-@torch.no_grad()
-def _weights_fingerprint(params: list[torch.nn.Parameter]) -> list[float]:
-    return [float(q.detach().double().sum()) + float(q.detach().double().abs().sum()) for q in params]
 
 
 def _unchanged(model: torch.nn.Module, start: dict[str, torch.Tensor]) -> list[str]:

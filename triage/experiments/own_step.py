@@ -83,7 +83,7 @@ class OwnStep:
         self._norm, self._lr, self._clipped = None, None, False
         steps_before = self.reach.optimizer_steps
         position = scheduler_position(setup.scheduler)
-        before = _fingerprint(self.params) if setup.manual_update else None
+        before = weights_fingerprint(self.params) if setup.manual_update else None
         second = self._manual_lr() if setup.manual_update else setup.optimizer
         outer = autocast(c.precision, self.device) if c.precision else contextlib.nullcontext()
         try:
@@ -93,7 +93,7 @@ class OwnStep:
             self._put_back_lrs()
         stepped = self.reach.optimizer_steps > steps_before
         if setup.manual_update:
-            stepped = _fingerprint(self.params) != before
+            stepped = weights_fingerprint(self.params) != before
             self._lr = second if second is not None else math.nan
         norm = self._norm if self._norm is not None else grad_norm(self.params)
         lr = self._lr if self._lr is not None else _first_lr(setup.optimizer, c)
@@ -146,7 +146,8 @@ class OwnStep:
         if not self.reach.unknown_optimizers:
             return None
         return (f"train_step stepped an optimizer setup() did not hand triage "
-                f"({', '.join(self.reach.unknown_optimizers)}): its state is not restored between replays, so they would not start alike, and no "
+                f"({', '.join(self.reach.unknown_optimizers)}): its state is not restored between replays, so "
+                "they would not start alike, and no "
                 "candidate reaches it. Pass every optimizer the step uses: Setup(optimizers={name: optimizer})")
 
     # --- hooks ---------------------------------------------------------------------------------------
@@ -258,9 +259,11 @@ def _first_lr(optimizer: torch.optim.Optimizer, c: Candidate) -> float:
 
 
 @torch.no_grad()
-def _fingerprint(params: list[torch.nn.Parameter]) -> list[float]:
+def weights_fingerprint(params: list[torch.nn.Parameter]) -> list[float]:
     """Cheap per-parameter figures that change when a weight does (to see a manual update happen)."""
-    return [float(p.detach().double().sum()) + float(p.detach().double().abs().sum()) for p in params]
+    # the sum and the L1 norm, accumulated in float64 without a float64 copy of the weights
+    return [float(p.detach().sum(dtype=torch.float64))
+            + float(torch.linalg.vector_norm(p.detach(), 1, dtype=torch.float64)) for p in params]
 
 
 def _as_loss(value: Any) -> float:
