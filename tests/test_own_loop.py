@@ -161,7 +161,8 @@ def test_a_second_optimizer_setup_did_not_hand_triage_is_named_not_ignored(tmp_p
         replay(only_d, steps=2)
     assert "Setup(optimizers=" in run(LOOP_DIFF, session_of(only_d)).unknown_optimizers
     report, _ = triage.run(only_d, None, out=tmp_path)
-    assert report.root_cause != "healthy"
+    assert report.root_cause == "inconclusive" and "did not hand triage" in report.fix, report.fix
+    assert "traceback" not in report.fix  # the reason is said, not hidden behind "read the traceback"
 
 
 def test_one_optimizer_of_a_set_can_be_scaled_alone():

@@ -146,7 +146,7 @@ def lookup(node: str, name: str, facts: SetupFacts, runs: dict[str, ExperimentRu
     run = runs.get(node)
     if run is None:
         return None
-    if name in ("status", "seconds"):
+    if name in ("status", "seconds", "error"):
         return getattr(run, name)
     if run.status != "ok":  # a partial measurement would make the verdict depend on machine speed
         return None

@@ -38,7 +38,8 @@ from triage.playbook.schema import (Candidate, DecisionNode, DifferentialNode, F
 from triage.records import SetupFacts
 
 SETUP_FACTS = tuple(SetupFacts.model_fields)
-RUN_FIELDS = ("status", "seconds")  # every ExperimentRun has these besides its outcome's fields
+# Every ExperimentRun has these besides its outcome's fields (`error`: the traceback, or a not_applicable reason).
+RUN_FIELDS = ("status", "seconds", "error")
 LOCATION_KEYS = ("module", "module_type", "previous_module", "previous_module_type", "op", "source", "batch",
                  "parameters", "rank")
 
@@ -407,7 +408,7 @@ class _Refs:
         if ref == "setup":
             return kinds_of(SetupFacts.model_fields[field].annotation)
         if field in RUN_FIELDS:
-            return Kinds({STR if field == "status" else NUMBER})
+            return Kinds({NUMBER} if field == "seconds" else {STR, NONE} if field == "error" else {STR})
         return kinds_of(self.registry.get(self.experiments[ref]).outcome.model_fields[field].annotation) | {NONE}
 
     def field(self, ref: str, field: str, at: str, what: str) -> None:
