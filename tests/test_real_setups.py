@@ -114,7 +114,8 @@ def _stock_run(make, tmp_path, steps: int):
         loss = setup.loss_fn(setup.model, setup.batches[step % len(setup.batches)])
         loss.backward()
         setup.optimizer.step()
-        setup.scheduler.step()
+        if setup.scheduler is not None:
+            setup.scheduler.step()
         losses.append(loss.item())
     return triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, scheduler=setup.scheduler,
                                   step=steps, history=losses), losses
@@ -176,7 +177,7 @@ def sign_error() -> triage.Setup:
 def test_a_loss_below_its_floor_is_a_symptom_not_a_fix(tmp_path):
     """Issue 20, situation 10: a loss that goes negative and keeps falling got a root cause whose candidate
     'worked' by ending below its own start."""
-    path, _ = _stock_run_plain(sign_error, tmp_path, 30)
+    path, _ = _stock_run(sign_error, tmp_path, 30)
     report, _ = triage.run(sign_error, path, out=tmp_path / "report")
     assert report.root_cause == "wrong_loss" and "below" in report.title.lower(), (report.root_cause, report.title)
 
@@ -201,18 +202,6 @@ def test_the_floor_of_standard_losses_is_measured_as_zero():
 
     assert loss_levels(session_of(gaussian_nll)).floor is None  # negative by nature: no floor claimed
 
-
-def _stock_run_plain(make, tmp_path, steps: int):
-    torch.manual_seed(0)
-    setup, losses = make(), []
-    for step in range(steps):
-        setup.optimizer.zero_grad()
-        loss = setup.loss_fn(setup.model, setup.batches[step % len(setup.batches)])
-        loss.backward()
-        setup.optimizer.step()
-        losses.append(loss.item())
-    return triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, step=steps,
-                                  history=losses), losses
 
 
 def test_a_negative_loss_that_rises_is_not_a_run_that_trains():
@@ -302,7 +291,7 @@ def lora_too_small() -> triage.Setup:
 
 def test_a_stalled_lora_run_is_never_told_to_unfreeze_its_base(tmp_path):
     pytest.importorskip("peft", reason="the peft extra is not installed")
-    path, _ = _stock_run_plain(lora_too_small, tmp_path, 40)
+    path, _ = _stock_run(lora_too_small, tmp_path, 40)
     report, _ = triage.run(lora_too_small, path, out=tmp_path / "report")
     assert report.root_cause != "frozen_parameters", (report.root_cause, report.title)
     unfreeze = report.experiment("unfreeze")
@@ -379,5 +368,5 @@ def test_a_long_window_replays_the_lr_factor_the_search_chose():
     assert long.lrs[0] == pytest.approx(0.1) and long.steps_run == 30 and long.reference_steps == 30
     assert long.fix_works
     session.restore()
-    with pytest.raises(NotApplicable, match="chose no LR factor"):
+    with pytest.raises(NotApplicable, match="measured no LR factor"):
         REPLAY.measure(ctx, ReplayParams(steps=5, lr_factor_of="baseline", against="baseline"))

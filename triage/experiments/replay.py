@@ -416,29 +416,27 @@ def _nonfinite_ranks(rows: list[list[float]], norms_count: bool) -> list[int]:
     return by_loss or ([r for r, row in enumerate(rows) if not math.isfinite(row[1])] if norms_count else [])
 
 
-def _suggested_ratio(ctx: Context, node: Optional[str]) -> float:
+def _measured_by(ctx: Context, node: Optional[str], field: str, what: str) -> float:
+    """A positive figure an earlier node measured (1.0 where no node is named); a replay that reads one
+    its node did not measure cannot run as asked."""
     if node is None:
         return 1.0
-    ratio = getattr(ctx.outcomes.get(node), "suggested_ratio", None)
-    if not ratio or ratio <= 0:
-        raise NotApplicable(f"node '{node}' measured no suggested_ratio to scale the lr by")
-    return float(ratio)
+    value = getattr(ctx.outcomes.get(node), field, None)
+    if not value or not math.isfinite(value) or value <= 0:
+        raise NotApplicable(f"node '{node}' measured no {what}")
+    return float(value)
+
+
+def _suggested_ratio(ctx: Context, node: Optional[str]) -> float:
+    return _measured_by(ctx, node, "suggested_ratio", "suggested_ratio to scale the lr by")
 
 
 def _chosen_factor(ctx: Context, node: Optional[str]) -> float:
-    if node is None:
-        return 1.0
-    factor = getattr(ctx.outcomes.get(node), "lr_factor", None)
-    if not factor or factor <= 0:
-        raise NotApplicable(f"node '{node}' chose no LR factor to replay")
-    return float(factor)
+    return _measured_by(ctx, node, "lr_factor", "LR factor it chose, to replay")
 
 
 def _typical_norm(ctx: Context, node: str) -> float:
-    norm = getattr(ctx.outcomes.get(node), "grad_norm_start", None)
-    if not norm or not math.isfinite(norm) or norm <= 0:
-        raise NotApplicable(f"node '{node}' measured no typical gradient norm to clip at")
-    return float(norm)
+    return _measured_by(ctx, node, "grad_norm_start", "typical gradient norm to clip at")
 
 
 def _flagged_batches(ctx: Context, node: Optional[str]) -> list[int]:
