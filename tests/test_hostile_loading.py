@@ -262,6 +262,8 @@ def test_checkpoint_and_report_that_never_end_are_refused(loading):
     result = CliRunner().invoke(app, ["report", "/dev/zero"])
     assert result.exit_code == 2 and "not a regular file" in " ".join(result.output.split())
     assert "Traceback" not in result.output
+    code, text = run_cli(loading, "--history", "/dev/zero")
+    assert_refused(loading, code, text, "Expected a history at '/dev/zero', found a device, a pipe or a socket")
 
 
 def test_a_playbook_with_a_node_twice_is_refused_naming_both_lines(loading):
