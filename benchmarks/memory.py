@@ -46,7 +46,6 @@ nodes:
   baseline:
     run: replay
     with: {steps: 2, extend_to: 0}
-    budget_s: 600
     otherwise: done
   broken:
     diagnosis: nonfinite_checkpoint

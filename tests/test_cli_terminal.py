@@ -200,3 +200,22 @@ def test_verbose_adds_the_raw_figures_and_the_branch_condition(leaky):
     assert "loop_diff" in verbose and "[loop.has_train_step and loop.grads_accumulate]" in verbose
     assert "! loop Does the run's own train_step do what the reference loop does? no: its gradients accumulate" \
         in verbose
+
+
+def test_version_prints_the_installed_version():
+    import triage
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"triage {triage.__version__}"
+
+
+def test_help_shows_each_flag_as_the_parser_takes_it():
+    """typer's rich help showed `--verbose <bool>` (click 8.5), which the parser then refuses."""
+    shown = CliRunner().invoke(app, ["run", "--help"]).output
+    assert "<bool>" not in shown and "-v, --verbose" in shown and "--debug" in shown
+
+
+def test_a_piped_verdict_is_not_hard_wrapped(lr_too_high):
+    """Output that is not a terminal keeps each verdict line whole (a ticket, a file): the fix is one line."""
+    fix = next(line for line in lr_too_high.output.splitlines() if line.startswith("Fix:"))
+    assert len(fix) > 80 and fix.rstrip().endswith("or add warmup."), fix

@@ -84,33 +84,6 @@ def test_a_run_that_cannot_be_replayed_is_inconclusive_not_healthy():
     assert result.leaf.diagnosis == "inconclusive"
 
 
-def test_an_experiment_stopped_by_its_budget_is_a_timeout_whose_figures_are_unknown(tmp_path):
-    path = tmp_path / "b.yaml"
-    path.write_text(textwrap.dedent("""
-        name: t
-        entry: base
-        nodes:
-          base:
-            run: replay
-            budget_s: 0.000001
-            with: {steps: 40}
-            branches:
-              - when: base.steps_run >= 0
-                goto: measured
-            otherwise: fine
-          measured:
-            diagnosis: lr_too_high
-            fix: x
-          fine:
-            diagnosis: healthy
-            fix: nothing
-    """))
-    result = walk(session_from_factory(mlp_setup), load_playbook(path))
-    assert result.runs["base"].status == "timeout"
-    assert result.runs["base"].outcome["truncated"] is True
-    assert result.path == ["base", "fine"]  # a cut-short measurement decides nothing
-
-
 def test_decay_reach_bounds_what_weight_decay_can_have_removed():
     """lr x weight_decay summed over the checkpoint's steps and 100 more (x1/(1-momentum) for SGD);
     unknown where the decay does not act so simply (Adam's coupled L2)."""

@@ -108,7 +108,8 @@ def test_the_users_loop_runs_their_train_step():
 
     user = replay(buggy, steps=10, loop="user")
     assert len(calls) == 10 and user.update_ratio == 0.0
-    assert replay(buggy, steps=10).update_ratio > 0.0
+    assert replay(buggy, steps=10, loop="reference").update_ratio > 0.0
+    assert replay(buggy, steps=10).update_ratio == 0.0  # by default the run's own step drives the replay
 
 
 def test_val_loss_is_measured_every_n_steps():

@@ -161,8 +161,7 @@ def short_with(condition: str = "second.loss_end > first.loss_end * 2", replay_i
     if imports:
         text = text.replace("entry: data\n", f"entry: data\nimports: [{imports}]\n")
     if long_steps:
-        text = text.replace("with: {steps: 6}\n    branches", f"with: {{steps: {long_steps}}}\n"
-                                                                  "    budget_s: 300\n    branches")
+        text = text.replace("with: {steps: 6}\n    branches", f"with: {{steps: {long_steps}}}\n    branches")
     return text
 
 

@@ -2,6 +2,7 @@
 the very figures and verdict of one at a time; a copy that dies costs only time."""
 
 import json
+import time
 
 import pytest
 import torch
@@ -60,6 +61,31 @@ def test_a_copy_that_dies_mid_candidate_is_noticed():
     with pytest.raises(EOFError, match="'c'"):
         copy.receive()
     copy.close()
+
+
+def test_a_copy_that_waits_using_no_cpu_is_stuck_and_one_that_computes_is_not(monkeypatch):
+    """Stuck is a copy that owes an answer and uses no CPU (a lock held across the fork), never a slow one:
+    however long a candidate takes, the copy measuring it is left to finish."""
+    monkeypatch.setattr(forked, "STUCK_S", 2.0)
+    idle = forked.Forked(lambda run_id, new: time.sleep(120))
+    idle.send("c", {})
+    waited = time.monotonic()
+    while not idle.stuck():
+        assert time.monotonic() - waited < 30, "a copy asleep on its candidate was never taken for stuck"
+        time.sleep(0.2)
+    idle.close()
+
+    def spins(run_id, new):
+        while True:
+            sum(range(10_000))
+
+    busy = forked.Forked(spins)
+    busy.send("c", {})
+    started = time.monotonic()
+    while time.monotonic() - started < 6:
+        assert not busy.stuck(), "a copy computing its candidate was taken for stuck"
+        time.sleep(0.2)
+    busy.close()
 
 
 def test_no_fork_leaves_every_candidate_to_the_walk(dead_relu, tmp_path, monkeypatch):

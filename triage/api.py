@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
+import math
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -33,7 +34,7 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
         history_loss: Optional[str] = None, history_val: Optional[str] = None,
         snapshot_dir: Optional[Path] = None, listener: Optional[Listener] = None, command: Optional[str] = None,
         rank_timeout: float = DEFAULT_RANK_TIMEOUT_S, ahead: Optional[Ahead] = None,
-        parallel: bool = False) -> tuple[Report, dict[str, Path]]:
+        parallel: bool = False, max_minutes: Optional[float] = None) -> tuple[Report, dict[str, Path]]:
     """Triage one run: load, walk the playbook, write the report. Returns it and the files written.
 
     `entry` is a spec like "mymod:setup" (as `--entry`) or the setup function itself (or a LightningModule
@@ -52,9 +53,13 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
     candidates two at a time, in this process and a forked copy of it, where that is safe and pays
     (triage/forked.py: Linux, a CPU run, one rank, two cores, torch on at most two threads): the figures of
     one at a time on one thread, the differential's wall time down by a fifth to a half.
+    `max_minutes` is a ceiling on the walk (none by default): every experiment runs its steps, however fast
+    the machine, until the ceiling cuts one; the walk then stops with no verdict, `report.cut` naming the
+    experiment it cut, and `report.stopped` saying so (a cut experiment is unmeasured, not ruled out).
     """
     with ahead or contextlib.nullcontext():  # the drawer is closed however this ends
         _check_seed(seed)
+        max_seconds = _ceiling_seconds(max_minutes)
         # The folders used after setup() runs, fixed before it does: a setup() that calls os.chdir must not move
         # them (the checkpoint, history and playbook are read before it; a DCP folder is kept absolute).
         started_in = Path.cwd()
@@ -70,10 +75,10 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
                 out = _writable_dir(out, shown_out)
                 _retire_previous_report(out)
             name = entry if isinstance(entry, str) else entry_name(entry)
-            command = command or _command(name, checkpoint, playbook, steps, seed, ranks.world_size)
+            command = command or _command(name, checkpoint, playbook, steps, seed, ranks.world_size, max_minutes)
             where = str(checkpoint) if checkpoint else None
             journal = Journal(session, book, command, where, out, ahead) if ranks.writes_report else None
-            result = walk(session, book, listener, journal=journal, parallel=parallel)
+            result = walk(session, book, listener, journal=journal, parallel=parallel, max_seconds=max_seconds)
             report = build_report(result, session, book, command, where)
             writes = ranks.rank == min(set(range(ranks.world_size)) - set(result.silent_ranks))
             if writes and journal is not None:
@@ -144,6 +149,15 @@ def with_steps(book: Playbook, steps: Optional[int]) -> Playbook:
     return dataclasses.replace(book, params=params)
 
 
+def _ceiling_seconds(max_minutes: Optional[float]) -> Optional[float]:
+    if max_minutes is None:
+        return None
+    if isinstance(max_minutes, bool) or not isinstance(max_minutes, (int, float)) or not 0 < max_minutes < math.inf:
+        raise TriageError(f"Expected --max-minutes to be a positive number of minutes, found {max_minutes!r}. "
+                          "Pass a number like 30, or leave it out for no ceiling.")
+    return float(max_minutes) * 60
+
+
 def _absolute(path: Optional[Path]) -> Optional[Path]:
     """`path` against the folder triage was started in (None stays None)."""
     return Path.cwd() / Path(path) if path is not None else None
@@ -192,7 +206,7 @@ def default_out_dir() -> Path:
     return Path("reports") / stamp
 
 
-def _command(entry, checkpoint, playbook, steps, seed, world_size: int = 1) -> str:
+def _command(entry, checkpoint, playbook, steps, seed, world_size: int = 1, max_minutes=None) -> str:
     """The CLI command that reproduces this triage (torchrun's, in a distributed run)."""
     parts = ["run", "--entry", entry]
     if checkpoint:
@@ -202,4 +216,6 @@ def _command(entry, checkpoint, playbook, steps, seed, world_size: int = 1) -> s
     if steps:
         parts += ["--steps", str(steps)]
     parts += ["--seed", str(seed)]
+    if max_minutes is not None:
+        parts += ["--max-minutes", f"{max_minutes:g}"]
     return launch_command(parts, world_size)

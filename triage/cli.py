@@ -24,9 +24,26 @@ from rich.markup import escape
 from triage.distributed import DEFAULT_RANK_TIMEOUT_S
 from triage.errors import Interrupted, TriageError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+# Plain help (rich_markup_mode=None): typer's rich help shows a bare flag as `--verbose <bool>` under click 8.5,
+# which the parser then refuses; click's own help shows what the parser takes.
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Diagnose a failed training run by experiment.")
-console = Console(stderr=True)
+# Piped into a file or a ticket, lines are not hard-wrapped at 80 columns (a fix line cut mid-value).
+console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from triage import __version__
+
+        print(f"triage {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="Print triage's version and exit.")) -> None:
+    """Diagnose a failed training run by experiment."""
 
 
 class Output(str, Enum):
@@ -67,6 +84,10 @@ def run(
     playbook: Optional[Path] = typer.Option(None, "--playbook", "-p", help="A playbook YAML (default: the shipped one)."),
     steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Steps per replay (default: the playbook's)."),
     seed: int = typer.Option(0, "--seed", help="Seed for every experiment (0 to 4294967295: numpy's seeds are 32-bit)."),
+    max_minutes: Optional[float] = typer.Option(
+        None, "--max-minutes", help="A ceiling on the whole walk (default: none). Reached, it cuts the experiment "
+                                    "in flight and the walk stops with no verdict, naming what it cut; below it, "
+                                    "every experiment runs its steps whatever the machine's speed."),
     history: Optional[Path] = typer.Option(None, "--history", help="Loss history: CSV (Lightning metrics.csv), JSONL, trainer_state.json or a TensorBoard log folder."),
     history_loss: Optional[str] = typer.Option(None, "--history-loss", help="The history's training-loss column or tag, when not a usual name."),
     history_val: Optional[str] = typer.Option(None, "--history-val", help="The history's validation-loss column or tag."),
@@ -104,7 +125,7 @@ def run(
                                    history_loss=history_loss, history_val=history_val, snapshot_dir=snapshot_dir,
                                    listener=_listener(output, silent=rank != 0, verbose=verbose),
                                    command=launch_command(sys.argv[1:]), rank_timeout=rank_timeout,
-                                   ahead=ahead, parallel=True)
+                                   ahead=ahead, parallel=True, max_minutes=max_minutes)
     if files:  # the rank that wrote the report (rank 0 of a distributed run)
         _finish(report, files, output)
     if report.stopped:

@@ -1,7 +1,12 @@
 """The engine: walks the playbook's graph, running each node's experiment from the restored snapshot.
 
-It owns what every experiment needs and none should write: restore, seed, budget, timing,
-and turning a raising or out-of-memory experiment into an ExperimentRun that says so.
+It owns what every experiment needs and none should write: restore, seed, the user's time ceiling,
+timing, and turning a raising or out-of-memory experiment into an ExperimentRun that says so.
+
+Every decision is counted in steps of the run (each experiment's parameters), so the verdict does not
+depend on how fast the machine is. The one clock is the user's ceiling on the whole walk
+(`--max-minutes`): the experiment it catches is cut, and the walk stops there with no verdict, naming what
+it cut, rather than read a cut-short experiment as a ruled-out one.
 """
 
 from __future__ import annotations
@@ -55,9 +60,18 @@ class StopWalk(Exception):
     """Ends the walk before a leaf (the ranks of a distributed run could not go on together): carries
     the leaf the report shows, and the experiment that could not finish."""
 
-    def __init__(self, leaf: LeafNode, run: ExperimentRun, reason: str, silent_ranks: list[int]) -> None:
+    def __init__(self, leaf: LeafNode, run: Optional[ExperimentRun], reason: str, silent_ranks: list[int]) -> None:
         super().__init__(reason)
         self.leaf, self.run, self.reason, self.silent_ranks = leaf, run, reason, silent_ranks
+
+
+class CeilingReached(Exception):
+    """The user's ceiling on the walk (--max-minutes) passed: `node`'s experiment was cut part way (`run`
+    says where) or, with `run` None, never began."""
+
+    def __init__(self, node: str, run: Optional[ExperimentRun]) -> None:
+        super().__init__(node)
+        self.node, self.run = node, run
 
 
 @dataclass
@@ -75,8 +89,9 @@ class Walk:
     setup_facts: SetupFacts
     seconds: float = 0.0
     status: str = "complete"
-    stopped: Optional[str] = None  # why the walk ended before a leaf (a rank raised or stopped responding)
+    stopped: Optional[str] = None  # why the walk ended before a leaf (a rank, or the --max-minutes ceiling)
     silent_ranks: list[int] = field(default_factory=list)  # ranks that stopped responding
+    cut: list[str] = field(default_factory=list)  # experiments the ceiling stopped part way or before they began
 
     def lookup(self, node: str, name: str) -> Any:
         return lookup(node, name, self.setup_facts, self.runs, self.outcomes)
@@ -131,7 +146,7 @@ def lookup(node: str, name: str, facts: SetupFacts, runs: dict[str, ExperimentRu
     run = runs.get(node)
     if run is None:
         return None
-    if name in ("status", "seconds"):
+    if name in ("status", "seconds", "error"):
         return getattr(run, name)
     if run.status != "ok":  # a partial measurement would make the verdict depend on machine speed
         return None
@@ -142,12 +157,14 @@ Journal = Callable[[Walk], None]
 
 
 def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = None,
-         journal: Optional[Journal] = None, parallel: bool = False) -> Walk:
+         journal: Optional[Journal] = None, parallel: bool = False, max_seconds: Optional[float] = None) -> Walk:
     """Walk the playbook from its entry to a leaf. `journal` is handed the walk so far (status
     "incomplete") after every experiment, so what was measured survives whatever happens next; Ctrl-C
     ends the walk with status "interrupted" instead of losing it. `parallel` measures a differential's
     candidates two at a time where a fork is safe (forked.py), each on one torch thread: the figures of
-    one at a time on one thread."""
+    one at a time on one thread. `max_seconds` is the user's ceiling on the whole walk (--max-minutes):
+    reached, it cuts the experiment in flight and ends the walk without a verdict (Walk.cut names what
+    it cut); None, the walk runs every experiment to its last step however long that takes."""
     listener = listener or SilentListener()
     facts = setup_facts(session)
     runs: dict[str, ExperimentRun] = {}
@@ -156,7 +173,9 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
     path = [playbook.entry]
     node = playbook.entry
     started = time.perf_counter()
+    deadline = started + max_seconds if max_seconds is not None else None
     stop: Optional[StopWalk] = None
+    cut: list[str] = []
 
     def read(n: str, name: str) -> Any:
         return lookup(n, name, facts, runs, outcomes)
@@ -164,7 +183,8 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
     def so_far(status: str, leaf: Optional[LeafNode] = None) -> Walk:
         return Walk(path=list(path), leaf=leaf, runs=dict(runs), outcomes=dict(outcomes), decisions=list(decisions),
                     setup_facts=facts, seconds=time.perf_counter() - started, status=status,
-                    stopped=stop.reason if stop else None, silent_ranks=stop.silent_ranks if stop else [])
+                    stopped=stop.reason if stop else None, silent_ranks=stop.silent_ranks if stop else [],
+                    cut=list(cut))
 
     def record(run: ExperimentRun, outcome: Optional[Outcome]) -> None:
         runs[run.node] = run
@@ -172,16 +192,26 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
             outcomes[run.node] = outcome
         if journal is not None:
             journal(so_far("incomplete"))
+        if run.status == "timeout":  # cut by the ceiling: its figures decide nothing, and nothing after it runs
+            raise CeilingReached(run.node, run)
 
     def measure(run_id: str, title: Optional[str]) -> ExperimentRun:
+        if deadline is not None and current_ranks().any(time.perf_counter() >= deadline):
+            raise CeilingReached(run_id, None)
         listener.started(run_id, playbook.experiments[run_id], title)
-        run, outcome = run_experiment(session, playbook, run_id, outcomes, listener)
+        same = _same_measurement(playbook, run_id, runs, facts.has_val)
+        if same is not None:  # from the same snapshot and seed: the very figures, not worth a second run
+            run, outcome = runs[same].model_copy(update={
+                "node": run_id, "params": playbook.params[run_id].model_dump(mode="json"), "seconds": 0.0,
+                "same_as": same}), outcomes[same]
+        else:
+            run, outcome = run_experiment(session, playbook, run_id, outcomes, listener, deadline)
         record(run, outcome)
         return run
 
     def measure_in_copy(run_id: str, new: dict[str, Outcome]) -> tuple[ExperimentRun, Optional[Outcome]]:
         outcomes.update(new)  # in the forked copy: its own copy of `outcomes`, brought up to date
-        run, outcome = run_experiment(session, playbook, run_id, outcomes, SilentListener())
+        run, outcome = run_experiment(session, playbook, run_id, outcomes, SilentListener(), deadline)
         if outcome is not None:
             outcomes[run_id] = outcome
         return run, outcome
@@ -189,8 +219,7 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
     def new_pool() -> Candidates:
         if parallel and can_fork(session.device, current_ranks().world_size):
             try:
-                return TwoAtOnce(measure, measure_in_copy, record, outcomes, listener, playbook.experiments,
-                                 playbook.budget_s)
+                return TwoAtOnce(measure, measure_in_copy, record, outcomes, listener, playbook.experiments)
             except OSError as exc:
                 log.warning("no second process for the candidates (%s); measuring them one by one", exc)
         return OneByOne(measure)
@@ -223,6 +252,12 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
         runs[stop.run.node] = stop.run
         spec = stop.leaf
         path.append(STOPPED)
+    except CeilingReached as reached:
+        cut.append(reached.node)
+        reason = _cut_reason(reached, max_seconds)
+        stop = StopWalk(_cut_leaf(reached, reason, max_seconds), reached.run, reason, [])
+        spec = stop.leaf
+        path.append(STOPPED)
     finally:
         listener.close()
         session.restore()  # leave the user's objects as they were handed to us
@@ -230,14 +265,16 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
 
 
 def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: dict[str, Outcome],
-                   listener: Listener) -> tuple[ExperimentRun, Optional[Outcome]]:
-    """Run the experiment of a run node or a candidate (`node` is its id) from the restored snapshot."""
+                   listener: Listener, deadline: Optional[float] = None) -> tuple[ExperimentRun, Optional[Outcome]]:
+    """Run the experiment of a run node or a candidate (`node` is its id) from the restored snapshot.
+    `deadline` (time.perf_counter()) is the walk's ceiling: an experiment still running then is cut
+    (status "timeout"); None, it runs to its last step."""
     name = playbook.experiments[node]
     experiment = playbook.registry.get(name)
     params = playbook.params[node]
-    budget_s = playbook.budget_s(node)
     session.restore()
-    ctx = Context(session=session, budget_s=budget_s, outcomes=dict(outcomes), progress=listener.progress,
+    left = max(0.0, deadline - time.perf_counter()) if deadline is not None else None
+    ctx = Context(session=session, budget_s=left, outcomes=dict(outcomes), progress=listener.progress,
                   params=playbook.params)
     outcome, status, error = None, "ok", None
     anomaly_was_on = torch.is_anomaly_enabled()
@@ -263,13 +300,48 @@ def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: di
         raise StopWalk(_stopped_leaf(failure), failed, failure.summary,
                        failure.ranks if failure.silent else []) from None
     outcome, status, error, seconds = settled.outcome, settled.status, settled.error, settled.seconds
-    if status == "ok" and (seconds > budget_s or getattr(outcome, "truncated", False)):
+    if status == "ok" and ctx.cut:  # stopped part way by the ceiling, not by its own steps
         status = "timeout"
     run = ExperimentRun(node=node, experiment=name, summary=experiment.summary,
                         params=params.model_dump(mode="json"), status=status, error=error,
                         seconds=round(seconds, 3),
                         outcome=_as_json(outcome) if outcome is not None else None, per_rank=settled.per_rank)
     return run, outcome
+
+
+def _same_measurement(playbook: Playbook, node: str, runs: dict[str, ExperimentRun], has_val: bool) -> Optional[str]:
+    """An earlier node that measured exactly what `node` would: the same experiment, the same parameters
+    as they act in this session (a replay's val_every does nothing without validation data)."""
+    name = playbook.experiments[node]
+    experiment = playbook.registry.get(name)
+    acting = experiment.acting_params(playbook.params[node], has_val)
+    return next((other for other, run in runs.items()
+                 if run.status == "ok" and run.same_as is None and playbook.experiments.get(other) == name
+                 and experiment.acting_params(playbook.params[other], has_val) == acting), None)
+
+
+def _cut_reason(reached: CeilingReached, max_seconds: Optional[float]) -> str:
+    ceiling = f"the --max-minutes ceiling ({_minutes(max_seconds)} min)"
+    if reached.run is None:
+        return f"{ceiling} passed before '{reached.node}' began"
+    steps_run, steps = (reached.run.outcome or {}).get("steps_run"), reached.run.params.get("steps")
+    where = f" after {steps_run} of its {steps} steps" if steps_run is not None and steps else ""
+    return f"{ceiling} cut '{reached.node}'{where}"
+
+
+def _cut_leaf(reached: CeilingReached, reason: str, max_seconds: Optional[float]) -> LeafNode:
+    return LeafNode(
+        diagnosis="inconclusive", title="The walk was cut short by its time ceiling (--max-minutes)",
+        confidence="low",
+        fix=(f"No verdict: {reason}. A cut experiment is unmeasured, not ruled out, so the walk stopped there; "
+             "the experiments before it are reported as measured. Re-run with a larger --max-minutes "
+             f"(this walk needs more than {_minutes(max_seconds)} min), or without it, to let every experiment "
+             "run its steps."),
+        evidence=[reached.node] if reached.run is not None else [])
+
+
+def _minutes(seconds: Optional[float]) -> str:
+    return f"{(seconds or 0.0) / 60:.3g}"
 
 
 def _stopped_leaf(failure: RankFailure) -> LeafNode:

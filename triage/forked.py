@@ -9,8 +9,10 @@ a fork, and a candidate's figures must not depend on which process took it), so 
 of one at a time on one thread. Used only where a fork is safe and pays: Linux, a CPU run (a CUDA context
 cannot cross a fork), one rank, two cores or more, torch on at most two threads (with more, one process
 using them all is no slower). An experiment reads other nodes' outcomes through its parameters
-(`against: restart`): the engine waits for those, and sends the copy what it lacks. A copy that dies or
-stays silent past twice its candidate's budget is stopped, and the walk's process measures the rest.
+(`against: restart`): the engine waits for those, and sends the copy what it lacks. A copy that dies, or
+that has sent no answer and used no CPU for STUCK_S (waiting on a lock held across the fork, say), is
+stopped, and the walk's process measures the rest: a slow candidate is never taken for a stuck one, and
+whichever process measures it, its figures are the same.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import torch
 log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">Q")  # each message: its length, then the pickle
+STUCK_S = 120.0  # no answer and no CPU time used for this long: the copy waits on something that never comes
+_POLL_S = 5.0  # how often a wait for the copy looks at its CPU time
 
 
 def can_fork(device: torch.device, world_size: int) -> bool:
@@ -67,10 +71,20 @@ class Forked:
         os.close(to_parent)
         self.pid, self._out, self._in = pid, to_child, from_child
         self.busy: Optional[str] = None  # the candidate it is measuring
+        self._cpu: Optional[int] = None  # its CPU time (clock ticks) when last looked at, and when it last grew
+        self._active = time.monotonic()
 
     def send(self, run_id: str, outcomes: dict[str, Any]) -> None:
         _write(self._out, (run_id, outcomes))
         self.busy = run_id
+        self._cpu, self._active = _cpu_ticks(self.pid), time.monotonic()
+
+    def stuck(self) -> bool:
+        """No CPU time used for STUCK_S while it owes an answer (call it between waits)."""
+        cpu, now = _cpu_ticks(self.pid), time.monotonic()
+        if cpu != self._cpu:
+            self._cpu, self._active = cpu, now
+        return now - self._active > STUCK_S
 
     def ready(self, timeout: float) -> bool:
         """Its answer has arrived (or it ended), waiting up to `timeout` seconds."""
@@ -129,11 +143,11 @@ class TwoAtOnce:
     a result the copy sent; `outcomes` is the walk's, read for what the copy lacks."""
 
     def __init__(self, measure, measure_in_copy, record, outcomes: dict[str, Any], listener,
-                 experiments: dict[str, str], budget_s: Callable[[str], float]) -> None:
-        self.measure, self.record, self.outcomes, self.listener, self.experiments, self.budget_s = (
-            measure, record, outcomes, listener, experiments, budget_s)
+                 experiments: dict[str, str]) -> None:
+        self.measure, self.record, self.outcomes, self.listener, self.experiments = (
+            measure, record, outcomes, listener, experiments)
         self.known = set(outcomes)  # what the copy has: everything measured before it was made
-        self.pending: dict[str, tuple[Optional[str], Callable, float]] = {}  # title, done, deadline
+        self.pending: dict[str, tuple[Optional[str], Callable]] = {}  # title, done
         self.threads = torch.get_num_threads()
         torch.set_num_threads(1)  # the copy inherits it
         try:
@@ -152,7 +166,7 @@ class TwoAtOnce:
                 self._lost(exc)
             else:
                 self.known |= set(new)
-                self.pending[cid] = (title, done, time.monotonic() + 2 * self.budget_s(cid) + 30)
+                self.pending[cid] = (title, done)
                 return
         done(self.measure(cid, title))
 
@@ -164,13 +178,15 @@ class TwoAtOnce:
         if self.copy is None or self.copy.busy is None:
             return
         cid = self.copy.busy
-        title, done, deadline = self.pending[cid]
-        if not self.copy.ready(max(0.0, deadline - time.monotonic()) if block else 0):
-            if block:  # silent past twice its budget: stuck (a lock held across the fork, say)
+        title, done = self.pending[cid]
+        while not self.copy.ready(_POLL_S if block else 0):
+            if not block:
+                return
+            if self.copy.stuck():  # a lock held across the fork, say
                 del self.pending[cid]
-                self._lost(TimeoutError(f"no answer for '{cid}' in {2 * self.budget_s(cid) + 30:.0f} s"))
+                self._lost(TimeoutError(f"no answer for '{cid}' and no CPU time used in {STUCK_S:.0f} s"))
                 done(self.measure(cid, title))
-            return
+                return
         del self.pending[cid]
         try:
             run, outcome = self.copy.receive()
@@ -201,6 +217,16 @@ def _serve(run_one, inbox: int, outbox: int) -> None:
     while (message := _read(inbox)) is not None:
         run_id, outcomes = message
         _write(outbox, run_one(run_id, outcomes))
+
+
+def _cpu_ticks(pid: int) -> Optional[int]:
+    """User + system CPU time of a process, in clock ticks (/proc/PID/stat fields 14 and 15)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _write(fd: int, value: Any) -> None:

@@ -19,7 +19,7 @@ from rich.text import Text
 from triage.records import Decision, ExperimentRun
 from triage.report.words import format_figure
 
-_FAILED = {"error": "[red]✗ error[/]", "oom": "[red]✗ out of memory[/]", "timeout": "[yellow]⏱ over budget[/]",
+_FAILED = {"error": "[red]✗ error[/]", "oom": "[red]✗ out of memory[/]", "timeout": "[yellow]⏱ cut by --max-minutes[/]",
            "not_applicable": "[dim]– not applicable[/]"}
 _CANDIDATE = "candidate of "  # the engine's `when` for a differential's candidate
 SHOWN_FIGURES = 3  # the most figures a line shows without --verbose
@@ -79,7 +79,7 @@ class LiveView:
     """rich: one live progress bar for the experiment running; a line above it for each node answered."""
 
     def __init__(self, console: Optional[Console] = None, verbose: bool = False) -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or Console(stderr=True, soft_wrap=not sys.stderr.isatty())
         self.verbose = verbose
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(), _Count(), TimeElapsedColumn(),
                                   console=self.console, transient=True)

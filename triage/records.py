@@ -25,6 +25,10 @@ class ExperimentRun(BaseModel):
     error: Optional[str] = Field(default=None, description="The traceback, when status is not ok.")
     seconds: float
     outcome: Optional[dict[str, Any]] = Field(default=None, description="The measured Outcome, as data.")
+    same_as: Optional[str] = Field(
+        default=None, description="The earlier node whose outcome this is: the same experiment with the same "
+                                  "parameters as they act in this session (from the same snapshot and seed), "
+                                  "so it was not run twice.")
     per_rank: dict[str, list[Any]] = Field(
         default_factory=dict, description="Distributed runs: the figures that differed between ranks, one "
                                           "value per rank (the outcome holds them reduced across ranks).")

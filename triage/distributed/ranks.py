@@ -7,7 +7,7 @@ the experiments run the same code with and without torch.distributed.
 Under torchrun, `joined()` starts the process group before setup() runs and opens two gloo groups of
 triage's own, apart from the run's, so that DDP's or FSDP's collectives never interleave with triage's:
 
-- `steps`: agreement inside an experiment (a replay's per-step figures, the time budget), with the
+- `steps`: agreement inside an experiment (a replay's per-step figures, the --max-minutes ceiling), with the
   rank timeout T: a rank that raised or hangs leaves the others waiting at most T here;
 - `settle`: the end of each experiment (every rank's outcome, triage/distributed/settle.py), with a
   timeout of 2T, so that a rank left waiting T in a `steps` or a DDP collective still meets the others.

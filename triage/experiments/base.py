@@ -1,15 +1,20 @@
 """What an experiment is, and what the engine gives it.
 
 An experiment writes one function, `measure(ctx, params) -> Outcome`. The engine owns the rest:
-restoring the snapshot, seeding, the time budget, timing and turning exceptions into a failed run.
+restoring the snapshot, seeding, the user's time ceiling, timing and turning exceptions into a failed run.
 `Outcome`s are measurements only; playbook conditions judge them.
+
+An experiment's length is counted in steps of the run (its parameters), never in seconds, so that two
+machines, or one machine under two loads, give the same verdict. Seconds enter only as the user's ceiling
+on the whole walk (`--max-minutes`): an experiment that meets it stops where it is and is reported as cut
+(its figures are not read: cut short is not ruled out).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from pydantic import BaseModel, ConfigDict
 
@@ -41,7 +46,9 @@ class Context:
     """The engine's services to a running experiment."""
 
     session: Session
-    budget_s: float
+    # Seconds left of the user's ceiling on the whole walk (--max-minutes) when this experiment began;
+    # None: no ceiling. Never a budget of its own: what an experiment measures is bounded by its steps.
+    budget_s: Optional[float] = None
     outcomes: dict[str, "Outcome"] = field(default_factory=dict)  # earlier nodes' measurements
     params: dict[str, "Params"] = field(default_factory=dict)  # every node's parameters, as the playbook sets them
     progress: Callable[[int, int], None] = lambda done, total: None
@@ -49,14 +56,21 @@ class Context:
     # The other ranks of a distributed run (a world of one otherwise): every decision that ends a loop
     # early must be the same on every rank, or the next collective waits for a rank that has left.
     ranks: Ranks = field(default_factory=current_ranks)
+    # Set once the ceiling stopped this experiment part way (out_of_time() said so, or a loop that agrees
+    # it across ranks itself set it): the engine reports the experiment as cut, and nothing reads it.
+    cut: bool = False
 
     def past_budget(self) -> bool:
-        """Past the budget on this rank: a loop that agrees it across ranks itself (with its own figures)."""
-        return time.perf_counter() - self.started > self.budget_s
+        """Past the ceiling on this rank: a loop that agrees it across ranks itself (with its own figures)
+        and sets `cut` when it stops for it."""
+        return self.budget_s is not None and time.perf_counter() - self.started > self.budget_s
 
     def out_of_time(self) -> bool:
-        """Past the budget on any rank (agreed: every rank stops at the same step)."""
-        return self.ranks.any(self.past_budget())
+        """Past the ceiling on any rank (agreed: every rank stops at the same step). True marks the
+        experiment cut: call it only where the loop then stops."""
+        if self.ranks.any(self.past_budget()):
+            self.cut = True
+        return self.cut
 
     def restart(self) -> None:
         """Back to the snapshot (weights, optimizer, RNG, ...): for an experiment that runs several
@@ -76,3 +90,11 @@ class Experiment:
     outcome: type[Outcome]
     measure: Callable[[Context, Any], Outcome]
     views: tuple[View, ...] = ()
+    # Parameters that change nothing in a session without validation data (a replay's val_every): two
+    # nodes whose parameters differ only there measure the same thing, and the engine runs it once.
+    idle_without_val: tuple[str, ...] = ()
+
+    def acting_params(self, params: Params, has_val: bool) -> dict[str, Any]:
+        """The parameters as they act in a session: what makes two runs of it the same measurement."""
+        acting = params.model_dump(mode="json")
+        return acting if has_val else {k: v for k, v in acting.items() if k not in self.idle_without_val}

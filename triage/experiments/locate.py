@@ -37,7 +37,9 @@ from triage.distributed.wrappers import is_sharded, unwrap
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.locate_probe import all_finite, anomaly_pass, probe_step
 from triage.experiments.places import module_place
-from triage.experiments.training import forward_backward, grad_scaler, optimizer_step, trainable
+from triage.experiments.schedule import RunSchedule
+from triage.experiments.training import (forward_backward, grad_scaler, needs_closure, optimizer_step,
+                                         reference_step, trainable)
 from triage.experiments.user_source import display_path, source_context, source_line
 from triage.snapshot import rng_state, set_rng_state
 from triage.views import SourceExcerpt, SourceLine
@@ -57,7 +59,7 @@ class LocateOutcome(Outcome):
     found: bool = Field(description="A step with a non-finite loss or gradient was reached.")
     step: Optional[int] = Field(default=None, description="That step (0-based, as replay counts).")
     steps_run: int = 0
-    truncated: bool = Field(default=False, description="Stopped by the time budget before finding one.")
+    truncated: bool = Field(default=False, description="Cut by the walk's ceiling (--max-minutes) before finding one.")
     stage: Optional[str] = Field(default=None, description='"forward" or "backward": where it first appears '
                                                            "(None: the step did not repeat its failure).")
     forward_module: Optional[str] = Field(default=None, description="First module creating a non-finite output.")
@@ -95,7 +97,9 @@ class LocateOutcome(Outcome):
 def measure(ctx: Context, p: LocateParams) -> LocateOutcome:
     session = ctx.session
     setup = session.setup
-    model, scheduler = setup.model, setup.scheduler
+    model = setup.model
+    schedule = RunSchedule(setup.scheduler, setup.scheduler_interval, setup.steps_per_epoch,
+                           getattr(session.checkpoint, "step", None))
     precision = p.precision or setup.precision
     scaler = grad_scaler(setup, precision, session.device)
     params = trainable(model)
@@ -109,8 +113,7 @@ def measure(ctx: Context, p: LocateParams) -> LocateOutcome:
                            p.lr_scale):
             before.restore(model)
             return _origin(ctx, _bisect_on_rank(ctx, setup, batch, precision, before, step, p.anomaly))
-        if scheduler is not None:
-            scheduler.step()
+        schedule.after_step(math.nan)  # the loss is not kept here: a plateau scheduler sees none fall
         ctx.progress(step + 1, p.steps)
     return LocateOutcome(found=False, steps_run=p.steps)
 
@@ -124,7 +127,10 @@ def _train_step(ctx, setup, batch, precision, clip, scaler, device, params, lr_s
     loss, norm = forward_backward(setup, batch, precision, clip, scaler, device, params)
     if not ctx.ranks.all(math.isfinite(loss) and (scaler is not None or math.isfinite(norm))):
         return False
-    optimizer_step(setup, scaler, lr_scale)
+    if needs_closure(setup.optimizer):  # LBFGS: its step re-evaluates the loss through a closure
+        reference_step(setup, batch, precision, clip, scaler, device, params, lr_scale)
+    else:
+        optimizer_step(setup, scaler, lr_scale)
     return True
 
 

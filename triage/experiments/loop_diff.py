@@ -16,8 +16,10 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.views import Curve, Line
-from triage.experiments.training import (autocast, grad_norm, grad_scaler, loss_value, reference_step,
+from triage.experiments.own_step import Candidate, OwnStep, weights_fingerprint
+from triage.experiments.training import (autocast, grad_norm, grad_scaler, reference_step,
                                          start_end, trainable, untouched_buffers_and_rng)
+from triage.optimizer_set import ManualUpdate, OptimizerSet
 from triage.experiments.user_source import display_path
 
 
@@ -43,17 +45,29 @@ class LoopDiffOutcome(Outcome):
         default=0.0, description="Share of trainable elements unchanged by the user's steps only.")
     grads_accumulate: bool = Field(default=False, description="grad_growth > growth_threshold.")
     grad_growth: Optional[float] = Field(
-        default=None, description="Median over the second half of the steps of |the gradient optimizer.step "
-                                  "was given| / |a fresh gradient on the same batch at the same weights| "
-                                  "(the gradient after the step when the optimizer never stepped).")
+        default=None, description="Median over the second half of the calls of |the gradient optimizer.step "
+                                  "was given| / |the fresh gradients, at the same weights, of the batches since "
+                                  "the gradients were last reset (zero_grad or a step)|, read against the "
+                                  "loop's first step where that divides its micro-batches (accumulation); "
+                                  "the gradient left after the call when nothing stepped.")
     step_grads_zero: bool = Field(
         default=False, description="The optimizer stepped, but every time on all-zero (or no) gradients.")
     left_in_eval: bool = Field(default=False, description="Some forward of the user's step ran in eval mode.")
     eval_forward_fraction: float = Field(default=0.0, description="Share of the user's forwards in eval mode.")
     eval_after_step: bool = Field(default=False, description="The model was in eval mode after a user step.")
-    optimizer_stepped: bool = Field(default=False, description="optimizer.step() ran during the user's steps.",
-                                    json_schema_extra={"ranks": "all"})
-    optimizer_steps: int = 0
+    optimizer_stepped: bool = Field(
+        default=False, description="The user's steps updated the weights: optimizer.step() ran, a GradScaler "
+                                   "skipped a step on inf gradients, or (a loop with no optimizer object, or one "
+                                   "that updates the weights by hand) the weights moved.",
+        json_schema_extra={"ranks": "all"})
+    optimizer_steps: int = Field(default=0, description="optimizer.step() calls (each optimizer of a set counts).")
+    scaler_skipped_steps: int = Field(default=0, description="Calls in which Setup.scaler's scale fell: a "
+                                                             "GradScaler step skipped on inf gradients.")
+    manual_updates: int = Field(default=0, description="Calls that moved the weights with no optimizer step.")
+    zero_grad_calls: int = Field(default=0, description="optimizer.zero_grad() and model.zero_grad() calls.")
+    unknown_optimizers: Optional[str] = Field(
+        default=None, description="The optimizers train_step stepped that setup() did not hand triage (None: "
+                                  "none): replays cannot restore or reach them.")
     loss_detached: bool = Field(
         default=False, description="No trainable parameter received a gradient in any user step.")
     returned_loss_has_grad: Optional[bool] = Field(
@@ -77,21 +91,24 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
     session.restore()
     params = trainable(setup.model)
     watch = _UserStepWatch(setup.model, setup.optimizer, params)
-    user_losses, growth, returned_has_grad = [], [], None
-    with watch.installed():
+    own = OwnStep(setup, Candidate(), params, session.device)  # the run's step as it is, measured
+    user_losses, ratios, returned_has_grad = [], [], None
+    with watch.installed(), own.installed():
         for step in range(p.steps):
             if ctx.out_of_time():
                 break
             batch = session.batches[step % len(session.batches)]
-            fresh = _fresh_grad_norm(setup, batch, params, session.device)
+            watch.pending = _fresh_grads(setup, batch, params, session.device)
+            scale = _scale(setup.scaler)
+            moved = weights_fingerprint(params)
             with watch.counting():
-                returned = setup.train_step(setup.model, setup.optimizer, batch)
-            if isinstance(returned, torch.Tensor):
-                returned_has_grad = bool(returned_has_grad) or returned.requires_grad
-            user_losses.append(_as_float(returned))
-            seen = watch.after_step()
-            if step >= p.steps // 2 and fresh > 0:
-                growth.append((seen if seen is not None else grad_norm(params)) / fresh)
+                figures = own(batch)
+            watch.manual_updates += not watch.stepped_this_call and weights_fingerprint(params) != moved
+            watch.scaler_skips += scale is not None and _scale(setup.scaler) < scale
+            if figures.returned_has_grad is not None:
+                returned_has_grad = bool(returned_has_grad) or figures.returned_has_grad
+            user_losses.append(figures.loss)
+            ratios.append(watch.after_step(figures.norm))
             ctx.progress(step + 1, p.steps)
     user_unchanged = _unchanged(setup.model, start)
     session.restore()
@@ -99,7 +116,8 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
     sizes = {name: t.numel() for name, t in start.items()}
     total = sum(sizes.values()) or 1
     extra = [n for n in user_unchanged if n not in reference_unchanged]
-    grad_growth = float(np.median(growth)) if growth else None
+    grad_growth = _growth(ratios, p.steps)
+    updated = watch.optimizer_steps + watch.scaler_skips + watch.manual_updates
     return LoopDiffOutcome(
         has_train_step=True, train_step_source=defined_at(setup.train_step), steps_run=len(user_losses),
         params_never_changed=user_unchanged,
@@ -112,12 +130,35 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
         eval_forward_fraction=watch.eval_forwards / watch.forwards if watch.forwards else 0.0,
         eval_after_step=watch.eval_after_step,
         step_grads_zero=watch.optimizer_steps > 0 and watch.max_step_grad == 0.0,
-        optimizer_stepped=watch.optimizer_steps > 0, optimizer_steps=watch.optimizer_steps,
+        optimizer_stepped=updated > 0, optimizer_steps=watch.optimizer_steps,
+        scaler_skipped_steps=watch.scaler_skips, manual_updates=watch.manual_updates,
+        zero_grad_calls=watch.zero_grads, unknown_optimizers=own.unknown_optimizers(),
         loss_detached=bool(params) and not watch.grad_events,
         returned_loss_has_grad=returned_has_grad,
         user_losses=user_losses, reference_losses=reference_losses,
         user_loss_ratio=_loss_ratio(user_losses), reference_loss_ratio=_loss_ratio(reference_losses),
     )
+
+
+def _growth(ratios: list[Optional[float]], steps: int) -> Optional[float]:
+    """How much more than a fresh gradient each optimizer step used, relative to the loop's first step.
+
+    Each ratio is |the gradient an optimizer step used| / |the sum of fresh gradients of the calls since the
+    gradients were last reset (zero_grad, or the step before)|: 1 for a plain step, 1/k for k micro-batches
+    each divided by k. A first step clearly below 1 is the loop's own scaling of its micro-batches (no stale
+    gradient can have reached it: the replay starts with none), and the later ratios are read against it;
+    a first step near 1 is a plain step (its dropout noise is not a normalisation). Steps whose ratio has
+    grown keep gradients they should have dropped. The median over the second half of the calls."""
+    measured = [(i, r) for i, r in enumerate(ratios) if r is not None]
+    if not measured:
+        return None
+    first = measured[0][1]
+    late = [r for i, r in measured if i >= steps // 2] or [measured[-1][1]]
+    growth = float(np.median(late))
+    return growth / first if 0 < first < SCALED_MICRO_BATCHES else growth
+
+
+SCALED_MICRO_BATCHES = 0.6  # a first ratio below this: the loop divides its loss over micro-batches (1/k, k >= 2)
 
 
 def defined_at(function: Any) -> Optional[str]:
@@ -152,74 +193,98 @@ def _reference_loop(ctx: Context, steps: int) -> list[float]:
     return losses
 
 
-def _fresh_grad_norm(setup, batch: Any, params: list[torch.nn.Parameter], device: torch.device) -> float:
-    """|grad| of the loss on `batch` at the current weights, leaving every `.grad` as it was."""
-    if not params:
-        return 0.0
-    with untouched_buffers_and_rng(setup.model):
-        with autocast(setup.precision, device):
-            loss = setup.loss_fn(setup.model, batch)
-        if not loss.requires_grad:
-            return 0.0
-        grads = torch.autograd.grad(loss, params, allow_unused=True)
-    norms = [g.detach().float().norm() for g in grads if g is not None]
-    return float(torch.stack(norms).norm()) if norms else 0.0
-
-
 class _UserStepWatch:
-    """Counts what happens inside the user's steps: optimizer.step calls and the gradient norm they are
-    given, parameter gradients computed, and the train/eval mode of each forward. Hooks are removed and
-    optimizer.step is put back on exit."""
+    """Counts what happens inside the user's steps: optimizer steps (a step pre-hook: through a GradScaler, and
+    on each optimizer of a set) and the gradient they were given against the fresh gradients of the calls
+    since the last reset (zero_grad or step), zero_grad calls, parameter gradients computed, and the
+    train/eval mode of each forward. Hooks are removed and zero_grad put back on exit."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  params: list[torch.nn.Parameter]) -> None:
         self.model, self.optimizer, self.params = model, optimizer, params
         self.optimizer_steps = self.grad_events = self.forwards = self.eval_forwards = 0
+        self.zero_grads = self.scaler_skips = self.manual_updates = 0
         self.eval_after_step = False
         self.max_step_grad = 0.0
-        self._step_norm: Optional[float] = None  # the gradient norm at this user step's first optimizer.step
+        self.pending: Optional[list[torch.Tensor]] = None  # this call's fresh gradient, until a step uses it
+        self._window: Optional[list[torch.Tensor]] = None  # fresh gradients summed since the last reset
+        self._ratio: Optional[float] = None  # this call's first step: |step gradient| / |window's fresh|
+        self.stepped_this_call = False
         self._active = False
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        # An LR scheduler may already have wrapped optimizer.step on the instance: keep whatever is there.
-        had_own = "step" in vars(self.optimizer)
-        original = self.optimizer.step
-
-        def counted_step(*args, **kwargs):
-            if self._active:
-                self.optimizer_steps += 1
-                if self._step_norm is None:
-                    self._step_norm = grad_norm(self.params)
-                    self.max_step_grad = max(self.max_step_grad, self._step_norm)
-            return original(*args, **kwargs)
-
-        self.optimizer.step = counted_step
         handles = [self.model.register_forward_pre_hook(self._on_forward)]
         handles += [q.register_hook(self._on_grad) for q in self.model.parameters() if q.requires_grad]
+        if not isinstance(self.optimizer, ManualUpdate):
+            handles.append(self.optimizer.register_step_pre_hook(self._on_step))
+            handles.append(self.optimizer.register_step_post_hook(lambda *a: self._reset()))
+        optimizers = list(getattr(self.optimizer, "optimizers", {"": self.optimizer}).values())
+        owners = [self.model, self.optimizer] + [o for o in optimizers if o is not self.optimizer]
+        patched = [(owner, "zero_grad" in vars(owner), owner.zero_grad) for owner in owners]
+        for owner, _, original in patched:
+            owner.zero_grad = self._counted_zero_grad(original)
         try:
             yield
         finally:
             for h in handles:
                 h.remove()
-            if had_own:
-                self.optimizer.step = original
-            else:
-                del self.optimizer.step
+            for owner, had_own, original in patched:
+                if had_own:
+                    owner.zero_grad = original
+                else:
+                    del owner.zero_grad
+
+    def _counted_zero_grad(self, original):
+        def zero_grad(*args, **kwargs):
+            if self._active:
+                self.zero_grads += 1
+                self._reset()
+            return original(*args, **kwargs)
+        return zero_grad
 
     @contextlib.contextmanager
     def counting(self) -> Iterator[None]:
-        self._active = True
+        self._active, self.stepped_this_call, self._ratio = True, False, None
         try:
             yield
         finally:
             self._active = False
 
-    def after_step(self) -> Optional[float]:
-        """Close one user step; the gradient norm its optimizer.step saw (None: it did not step)."""
+    def after_step(self, norm: float) -> Optional[float]:
+        """Close one user step: its ratio (None: no optimizer step; for a loop with no optimizer object,
+        the gradient it left against this call's fresh one)."""
         self.eval_after_step = self.eval_after_step or not self.model.training
-        seen, self._step_norm = self._step_norm, None
-        return seen
+        if self.pending is not None:  # no step used it: it waits in the window for the next one
+            self._window = _added(self._window, self.pending)
+            self.pending = None
+        if self.stepped_this_call or not isinstance(self.optimizer, ManualUpdate):
+            return self._ratio
+        fresh = _norm(self._window)
+        self._window = None
+        return norm / fresh if fresh > 0 and math.isfinite(norm) else None
+
+    def _on_step(self, optimizer, args, kwargs) -> None:
+        if not self._active:
+            return
+        self.optimizer_steps += 1
+        if self.stepped_this_call:  # the second optimizer of a set in the same call: its window is gone
+            return
+        self.stepped_this_call = True
+        seen = grad_norm(_params_of(optimizer))
+        self.max_step_grad = max(self.max_step_grad, seen)
+        if isinstance(self.optimizer, OptimizerSet):
+            # Each optimizer of a set minimises its own loss (a GAN's G and D): loss_fn's gradient is no
+            # fresh counterpart of what it was given, so no ratio is measured.
+            return
+        fresh = _norm(_added(self._window, self.pending) if self.pending is not None else self._window)
+        self._ratio = seen / fresh if fresh > 0 else None
+
+    def _reset(self) -> None:
+        if self._active:
+            self._window = None
+            if self.stepped_this_call:
+                self.pending = None
 
     def _on_forward(self, module, inputs) -> None:
         if self._active:
@@ -231,15 +296,49 @@ class _UserStepWatch:
             self.grad_events += 1
 
 
+def _params_of(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [q for group in optimizer.param_groups for q in group["params"]]
+
+
+def _fresh_grads(setup, batch: Any, params: list[torch.nn.Parameter], device: torch.device) -> list[torch.Tensor]:
+    """The gradient of the loss on `batch` at the current weights, leaving every `.grad` as it was."""
+    if not params:
+        return []
+    with untouched_buffers_and_rng(setup.model):
+        with autocast(setup.precision, device):
+            loss = setup.loss_fn(setup.model, batch)
+        if not loss.requires_grad:
+            return []
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return [g.detach().float() if g is not None else torch.zeros_like(q, dtype=torch.float32)
+            for g, q in zip(grads, params)]
+
+
+def _added(window: Optional[list[torch.Tensor]], grads: list[torch.Tensor]) -> list[torch.Tensor]:
+    if window is None or len(window) != len(grads):
+        return [g.clone() for g in grads]
+    return [w.add_(g) for w, g in zip(window, grads)]
+
+
+def _norm(grads: Optional[list[torch.Tensor]]) -> float:
+    if not grads:
+        return 0.0
+    return float(torch.stack([g.norm() for g in grads]).norm())
+
+
+def _scale(scaler: Any) -> Optional[float]:
+    """The GradScaler's scale (None: no scaler, or one not in use): a fall means a skipped step."""
+    if scaler is None or not getattr(scaler, "is_enabled", lambda: False)():
+        return None
+    try:
+        return float(scaler.get_scale())
+    except Exception:  # noqa: BLE001  (not yet initialised: no step so far)
+        return None
+
+
 def _unchanged(model: torch.nn.Module, start: dict[str, torch.Tensor]) -> list[str]:
     with torch.no_grad():
         return [name for name, q in model.named_parameters() if name in start and torch.equal(q, start[name])]
-
-
-def _as_float(value: Any) -> float:
-    if isinstance(value, (torch.Tensor, int, float)) and not isinstance(value, bool):
-        return loss_value(value)
-    return math.nan  # train_step returned no loss (None, a dict, ...)
 
 
 def _loss_ratio(losses: list[float]) -> Optional[float]:

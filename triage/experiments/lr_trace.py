@@ -36,7 +36,8 @@ class LrTraceOutcome(Outcome):
                                                        "peak (a low LR before it is warmup, not decay).")
     lr_end: Optional[float] = Field(default=None, description="The LR at the end of the trace.")
     horizon: int = Field(description="Steps the trace was meant to cover.")
-    truncated: bool = Field(default=False, description="The schedule ended early or time ran out.")
+    truncated: bool = Field(default=False, description="The schedule ended early, or the walk's ceiling "
+                                                          "(--max-minutes) cut the trace.")
 
 
 def measure(ctx: Context, p: LrTraceParams) -> LrTraceOutcome:
@@ -61,6 +62,7 @@ def measure(ctx: Context, p: LrTraceParams) -> LrTraceOutcome:
                               checkpoint_step=checkpoint_step, lr_now=lr_now, lr_peak=peak,
                               lr_now_ratio=lr_now / peak if peak > 0 else 0.0, horizon=horizon)
     lrs, truncated = [], False
+    every = setup.steps_per_epoch if setup.scheduler_interval == "epoch" and setup.steps_per_epoch else 1
     with warnings.catch_warnings():
         # "lr_scheduler.step() before optimizer.step()": true here, and the point.
         warnings.simplefilter("ignore", UserWarning)
@@ -71,6 +73,8 @@ def measure(ctx: Context, p: LrTraceParams) -> LrTraceOutcome:
             if step % 1000 == 0 and ctx.out_of_time():
                 truncated = True
                 break
+            if (step + 1) % every:  # a scheduler stepped once an epoch holds its LR in between
+                continue
             try:
                 scheduler.step()
             except ValueError:  # OneCycleLR refuses to step past its total_steps: the schedule ended
@@ -93,8 +97,10 @@ def _checkpoint_step(ctx: Context) -> Optional[int]:
     checkpoint = ctx.session.checkpoint
     if checkpoint is not None and checkpoint.step is not None:
         return int(checkpoint.step)
-    last_epoch = getattr(ctx.session.setup.scheduler, "last_epoch", None)
-    return int(last_epoch) if isinstance(last_epoch, int) and last_epoch >= 0 else None
+    setup = ctx.session.setup
+    last_epoch = getattr(setup.scheduler, "last_epoch", None)
+    every = setup.steps_per_epoch if setup.scheduler_interval == "epoch" and setup.steps_per_epoch else 1
+    return int(last_epoch) * every if isinstance(last_epoch, int) and last_epoch >= 0 else None
 
 
 LR_TRACE = Experiment(

@@ -21,8 +21,10 @@ from triage.experiments.inits import InitKind, apply_init
 from triage.experiments.dead_units import find_dead_units, revive
 from triage.experiments.interventions import held_at_peak, swap_saturating, unfrozen, unsquashed
 from triage.experiments.levels import loss_levels
-from triage.experiments.training import (autocast, current_lr, grad_norm, grad_scaler, loss_value,
-                                         param_vector_norm, reference_step, scale_weight_decay, scaled_lr,
+from triage.experiments.own_step import Candidate, OwnStep
+from triage.experiments.schedule import RunSchedule
+from triage.experiments.training import (autocast, current_lr, grad_scaler, loss_value,
+                                         param_vector_norm, reference_step, scale_weight_decay,
                                          start_end, trainable)
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, VerifiedFix, verification
 from triage.views import Curve, Line
@@ -61,7 +63,11 @@ class ReplayParams(Params):
                                                          "snapshot (their producing rows), keep the rest.")
     swap_saturating: bool = Field(default=False, description="Replace sigmoid/tanh activations by ReLU (on a "
                                                              "restart only: init other than checkpoint).")
-    loop: Literal["reference", "user"] = Field(default="reference", description="Whose step to run.")
+    loop: Literal["auto", "reference", "user"] = Field(
+        default="auto", description="Whose step to run. auto: the run's own train_step where it has one (the "
+                                    "candidate's change reached inside it), else triage's reference loop.")
+    lr_of: Optional[str] = Field(default=None, description="With several optimizers (Setup.optimizers): scale "
+                                                           "the LR of this one only (None: all of them).")
     init: InitKind = Field(
         default="checkpoint", description="Start from the checkpoint, from setup() called again (its own "
                                           "init), or from setup()'s model re-initialised: default "
@@ -92,6 +98,19 @@ class ReplayParams(Params):
 
 class ReplayOutcome(VerifiedFix):
     steps_run: int
+    loop_used: Literal["reference", "user"] = Field(
+        default="reference", description="user: the run's own train_step drove the replay; reference: "
+                                         "triage's loop on loss_fn.")
+    loop_note: Optional[str] = Field(default=None, description="Why the replay ran on the reference loop "
+                                                                "although the run has its own train_step.")
+    optimizer_steps: Optional[int] = Field(
+        default=None, description="Optimizer steps the run's own step took (fewer than steps_run under "
+                                  "gradient accumulation or skipped GradScaler steps); None on the reference loop.")
+    lr_changed_in: list[str] = Field(
+        default_factory=list, description="Several optimizers (Setup.optimizers): the names of those whose LR "
+                                          "the candidate scaled (every one, or lr_of's alone).")
+    scheduler_steps: int = Field(default=0, description="Times triage stepped the run's scheduler (per step, "
+                                                        "per epoch, or on the loss for ReduceLROnPlateau).")
     losses: list[float] = Field(description="Training loss per step.")
     grad_norms: list[float] = Field(description="Global gradient norm per step, before clipping.")
     lrs: list[float] = Field(description="Learning rate per step.")
@@ -107,7 +126,7 @@ class ReplayOutcome(VerifiedFix):
     rank_loss_end: list[Optional[float]] = Field(
         default_factory=list, description="Distributed: each rank's end-window loss on its own batches (the "
                                           "replay's losses are the ranks' mean per step); empty in one process.")
-    truncated: bool = Field(default=False, description="Stopped early by the time budget.")
+    truncated: bool = Field(default=False, description="Cut by the walk's ceiling (--max-minutes) part way.")
     loss_start: Optional[float] = Field(default=None, description="Median loss of the first fifth of steps.")
     loss_end: Optional[float] = Field(default=None, description="Median loss of the last fifth of steps.")
     loss_ratio: Optional[float] = Field(
@@ -158,6 +177,13 @@ class _Trace:
     first_bad: Optional[int] = None
     first_bad_ranks: list[int] = field(default_factory=list)
     truncated: bool = False
+    loop_used: str = "reference"
+    loop_note: Optional[str] = None
+    not_applicable: list[str] = field(default_factory=list)
+    optimizer_steps: Optional[int] = None
+    scheduler_steps: int = 0
+    lr_changed_in: list[str] = field(default_factory=list)
+    unknown_optimizers: Optional[str] = None  # train_step stepped an optimizer setup() did not hand triage
 
     def record(self, rows: list[list[float]]) -> tuple[float, float]:
         """One step's (loss, gradient norm, ...) on every rank. The step's figures are their means (a DDP step
@@ -192,7 +218,13 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
             undo.enter_context(unsquashed(setup.model))
         peak_ratio = undo.enter_context(held_at_peak(setup.optimizer, ctx.outcomes.get(p.hold_peak_of))) \
             if p.hold_peak_of else None
-        trace, clip, skip = _run(ctx, p, setup, peak_ratio, lambda t: _worth_extending(t, ctx, p))
+        own = _own_loop(setup, p, other_loss=loss_fn is not None)
+        trace, clip, skip = _run(ctx, p, setup, peak_ratio, lambda t: _worth_extending(t, ctx, p), own)
+    if trace.unknown_optimizers:  # not a controlled experiment: that optimizer's state is never restored
+        raise NotApplicable(trace.unknown_optimizers + ".")
+    if trace.not_applicable:  # not tried: neither a fix nor ruled out
+        raise NotApplicable("The run's own train_step does not let this candidate in: "
+                            + "; ".join(trace.not_applicable) + ".")
     return _over_the_same_steps(ctx, p, _summarise(trace, setup.model, clip, skip, ctx, p))
 
 
@@ -217,6 +249,19 @@ def _over_the_same_steps(ctx: Context, p: ReplayParams, outcome: "ReplayOutcome"
         against=p.against, levels=loss_levels(ctx.session), margin=p.margin, level_margin=p.level_margin))
 
 
+def _own_loop(setup, p: ReplayParams, other_loss: bool) -> tuple[bool, Optional[str]]:
+    """Whether the run's own train_step drives this replay, and, where it has one but does not, why."""
+    if p.loop == "reference" or setup.train_step is None:
+        return False, None
+    if other_loss:
+        if p.loop == "user":
+            raise ValueError("a replay on another loss runs triage's reference loop: the run's train_step "
+                             "computes its own loss")
+        return False, ("this replay trains on another loss than the run's, which its train_step cannot take: "
+                       "it ran on triage's reference loop (zero_grad, forward, backward, step) with loss_fn")
+    return True, None
+
+
 def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
     """After `steps`: the fix is not verified yet, but it learns (its loss down 5%) where the run it is
     paired with did not (down less than 10%, or not finite)."""
@@ -233,10 +278,11 @@ def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
                             level_margin=p.level_margin)["fix_works"]
 
 
-def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep_going):
+def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep_going,
+         own: tuple[bool, Optional[str]] = (False, None)):
     session = ctx.session
     model, optimizer = setup.model, setup.optimizer
-    scheduler = setup.scheduler if peak_ratio is None else None  # a held LR does not follow the schedule
+    held = peak_ratio is not None  # a held LR does not follow the schedule
     precision = p.precision or setup.precision
     clip = None if p.no_clip else (p.clip if p.clip is not None else setup.grad_clip)
     if p.clip_at_norm_of:
@@ -247,45 +293,109 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
     batches = [b for i, b in enumerate(session.batches) if i not in skip] or session.batches[:1]
     if p.subset:
         batches = [first_examples(batches[0], p.subset)]
-    scale_weight_decay(optimizer, p.wd_scale)
     lr_scale = p.lr_scale * _suggested_ratio(ctx, p.lr_scale_from) * _chosen_factor(ctx, p.lr_factor_of) \
         * (peak_ratio or 1.0)
+    user, note = own[0] or p.loop == "user", own[1]
+    names = list(getattr(optimizer, "optimizers", {}))
+    if p.lr_of is not None and p.lr_of not in names:
+        raise ValueError(f"expected lr_of to name one of the run's optimizers {names or '(it has one, unnamed)'}, "
+                         f"found '{p.lr_of}'; name one of Setup.optimizers, or leave lr_of out")
+    trace = _Trace(start_weights=_start_weights(session, setup, p), weight_norm_start=param_vector_norm(model),
+                   loop_used="user" if user else "reference", loop_note=note,
+                   lr_changed_in=([p.lr_of] if p.lr_of else names) if lr_scale != 1.0 else [])
+    if not user and p.lr_of is not None:
+        trace.not_applicable.append(f"the LR of '{p.lr_of}' alone: only the run's own train_step steps "
+                                    "optimizers one by one")
+    if user and setup.manual_update and lr_scale != 1.0 and not optimizer.declared:
+        trace.not_applicable.append("the LR: train_step updates the weights itself and setup() declares no "
+                                    "manual_lr")
+    if user and setup.manual_update and p.wd_scale != 1.0:
+        trace.not_applicable.append("the weight decay: train_step updates the weights itself, with no "
+                                    "optimizer whose param groups hold a weight decay")
+    if trace.not_applicable:
+        return trace, clip, skip
+    scale_weight_decay(optimizer, p.wd_scale)
+    schedule = RunSchedule(None if held else setup.scheduler, setup.scheduler_interval, setup.steps_per_epoch,
+                           getattr(session.checkpoint, "step", None))
     params = trainable(model)
-    trace = _Trace(start_weights=_start_weights(session, setup, p), weight_norm_start=param_vector_norm(model))
-    if p.loop == "reference":
-        model.train()  # the user's loop keeps whatever mode it sets: that may be the bug
-    over_budget = ctx.out_of_time()
-    for step in range(max(p.steps, p.extend_to)):
-        if step == p.steps and not keep_going(trace):
-            break
-        if over_budget:
-            trace.truncated = True
-            break
-        batch = batches[step % len(batches)]
-        trace.lrs.append(current_lr(optimizer) * lr_scale)
-        if p.loop == "user":
-            with scaled_lr(optimizer, lr_scale):
-                loss = loss_value(setup.train_step(model, optimizer, batch))
-            norm = grad_norm(params)
+    with contextlib.ExitStack() as stack:
+        if user:
+            candidate = Candidate(lr_scale=lr_scale, lr_of=p.lr_of, clip=clip,
+                                  changes_clip=p.no_clip or p.clip is not None or p.clip_at_norm_of is not None
+                                  or p.clip_scale != 1.0, clip_scale=p.clip_scale,
+                                  precision=p.precision if p.precision and p.precision != setup.precision else None)
+            step_own = stack.enter_context(OwnStep(setup, candidate, params, session.device).installed())
+            trace.optimizer_steps = 0
         else:
-            loss, norm = reference_step(setup, batch, precision, clip, scaler, session.device, params,
-                                        lr_scale)
-            if scheduler is not None:
-                scheduler.step()
-        # One collective a step: every rank's figures, and whether any rank is past the budget.
+            model.train()  # the user's loop keeps whatever mode it sets: that may be the bug
+        _steps(ctx, p, setup, batches, trace, keep_going, schedule, lr_scale,
+               own=step_own if user else None,
+               reference=lambda batch: reference_step(setup, batch, precision, clip, scaler, session.device,
+                                                      params, lr_scale),
+               scaler_free=scaler is None)
+        if user:
+            trace.not_applicable += step_own.unreached(len(trace.losses))
+            trace.unknown_optimizers = step_own.unknown_optimizers()
+    trace.scheduler_steps = schedule.scheduler_steps
+    return trace, clip, skip
+
+
+def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_going, schedule: RunSchedule,
+           lr_scale: float, own: Optional[OwnStep], reference, scaler_free: bool) -> None:
+    """The replay's steps, one batch each, until `p.steps` (or `extend_to`) steps, the first non-finite loss,
+    or the budget. Each is the run's own train_step (`own`) or the reference step; the scheduler is stepped
+    after each optimizer step, as the run stepped it, unless the run's step stepped it itself.
+
+    With the run's own step, `steps` counts its optimizer steps (a loop that accumulates k micro-batches
+    is called k times a step, at most MAX_CALLS_PER_STEP), so every replay trains as many updates as the
+    reference loop would; a loop that has not stepped yet counts its calls (one that never steps stops
+    after `steps` calls). The figures per step are per call."""
+    session, optimizer = ctx.session, setup.optimizer
+    over_budget = ctx.out_of_time()
+    target, asked_to_extend, call = max(p.steps, p.extend_to), False, 0
+    while call < target * MAX_CALLS_PER_STEP:
+        done = trace.optimizer_steps if own is not None and trace.optimizer_steps else call
+        if done >= p.steps and not asked_to_extend:
+            asked_to_extend = True
+            if not keep_going(trace):
+                break
+        if done >= target:
+            break
+        if over_budget:  # the walk's ceiling (--max-minutes), on some rank: cut, not measured to its end
+            trace.truncated = ctx.cut = True
+            break
+        batch = batches[call % len(batches)]
+        if own is not None:
+            figures = own(batch)
+            loss, norm = figures.loss, figures.norm
+            trace.lrs.append(figures.lr)
+            trace.optimizer_steps += figures.stepped
+            if figures.stepped and not figures.scheduler_stepped_by_loop:
+                schedule.after_step(loss)
+        else:
+            trace.lrs.append(current_lr(optimizer) * lr_scale)
+            loss, norm = reference(batch)
+            schedule.after_step(loss)
+        call += 1
+        # One collective a step: every rank's figures, and whether any rank is past the ceiling.
         rows = ctx.ranks.gather_floats((loss, norm, float(ctx.past_budget())))
         loss, norm = trace.record(rows)
         over_budget = any(row[2] for row in rows)
-        if p.val_every and session.val_batches and (step + 1) % p.val_every == 0:
-            trace.val_steps.append(step + 1)
-            trace.val_losses.append(ctx.ranks.mean(_val_loss(setup, session.val_batches, precision, session.device)))
-        ctx.progress(step + 1, max(p.steps, step + 1))
+        if p.val_every and session.val_batches and call % p.val_every == 0:
+            trace.val_steps.append(call)
+            trace.val_losses.append(ctx.ranks.mean(_val_loss(setup, session.val_batches, p.precision or
+                                                             setup.precision, session.device)))
+        ctx.progress(min(done + 1, target), max(p.steps, done + 1))
         # Under a GradScaler an inf gradient is routine (the step is skipped); elsewhere it is fatal.
-        if not math.isfinite(loss) or (scaler is None and not math.isfinite(norm)):
-            trace.first_bad = step
-            trace.first_bad_ranks = _nonfinite_ranks(rows, scaler is None) if len(rows) > 1 else []
+        # The run's own step may hold a scaler triage does not see: there a finite loss is what counts.
+        fatal_norm = scaler_free and own is None and not math.isfinite(norm)
+        if not math.isfinite(loss) or fatal_norm:
+            trace.first_bad = call - 1
+            trace.first_bad_ranks = _nonfinite_ranks(rows, scaler_free) if len(rows) > 1 else []
             break
-    return trace, clip, skip
+
+
+MAX_CALLS_PER_STEP = 64  # calls of the run's own step per optimizer step at most (gradient accumulation)
 
 
 def _start_weights(session, setup, p: ReplayParams) -> list[torch.Tensor]:
@@ -366,6 +476,8 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
     return ReplayOutcome(
         **verification(finite=finite, loss_start=start, loss_end=end, reference=ctx.outcomes.get(p.against),
                        against=p.against, levels=levels, margin=p.margin, level_margin=p.level_margin),
+        loop_used=t.loop_used, loop_note=t.loop_note,
+        optimizer_steps=t.optimizer_steps, scheduler_steps=t.scheduler_steps, lr_changed_in=t.lr_changed_in,
         nothing_level=nothing, loss_floor=levels.floor,
         below_floor=levels.below_floor(min(finite_losses) if finite_losses else None),
         level_ratio=end / nothing if end is not None and nothing and nothing > 0 and finite else None,
@@ -446,4 +558,5 @@ REPLAY = Experiment(
     outcome=ReplayOutcome,
     measure=measure,
     views=REPLAY_VIEWS,
+    idle_without_val=("val_every",),
 )

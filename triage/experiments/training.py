@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 from typing import Any, Iterator, Optional
 
@@ -10,6 +11,8 @@ import numpy as np
 import torch
 
 from triage.contract import AUTOCAST_DTYPES
+
+_TORCH_CLIP = torch.nn.utils.clip_grad_norm_  # torch's own, even while a replay replaces the loop's calls of it
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -37,9 +40,7 @@ def forward_backward(setup: Any, batch: Any, precision: str, clip: Optional[floa
         scaler.unscale_(setup.optimizer)
     else:
         loss.backward()
-    max_norm = clip if clip is not None else float("inf")
-    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm).item()) if params else 0.0
-    return loss_value(loss), norm
+    return loss_value(loss), clip_grads(params, clip)
 
 
 def optimizer_step(setup: Any, scaler: Any, lr_scale: float = 1.0) -> None:
@@ -54,11 +55,60 @@ def optimizer_step(setup: Any, scaler: Any, lr_scale: float = 1.0) -> None:
 def reference_step(setup: Any, batch: Any, precision: str, clip: Optional[float], scaler: Any,
                    device: torch.device, params: list[torch.nn.Parameter],
                    lr_scale: float = 1.0) -> tuple[float, float]:
-    """One whole step of the reference loop; a non-finite gradient norm skips the update."""
+    """One whole step of the reference loop; a non-finite gradient norm skips the update.
+    An optimizer whose step needs a closure (LBFGS) is handed one that does the same forward-backward."""
+    if needs_closure(setup.optimizer):
+        return _closure_step(setup, batch, precision, clip, device, params, lr_scale)
     loss, norm = forward_backward(setup, batch, precision, clip, scaler, device, params)
     if scaler is not None or math.isfinite(norm):  # a scaler skips inf steps itself
         optimizer_step(setup, scaler, lr_scale)
     return loss, norm
+
+
+def needs_closure(optimizer: torch.optim.Optimizer) -> bool:
+    """step() takes a closure it cannot do without (LBFGS re-evaluates the loss several times a step)."""
+    try:
+        closure = inspect.signature(optimizer.step).parameters.get("closure")
+    except (TypeError, ValueError):
+        return False
+    return closure is not None and closure.default is inspect.Parameter.empty
+
+
+def _closure_step(setup: Any, batch: Any, precision: str, clip: Optional[float], device: torch.device,
+                  params: list[torch.nn.Parameter], lr_scale: float) -> tuple[float, float]:
+    """The step of a closure optimizer: its loss and pre-clip norm are those of the closure's first call
+    (the weights the step starts from), as for every other optimizer. No GradScaler: LBFGS has none."""
+    first: list[tuple[float, float]] = []
+
+    def closure() -> torch.Tensor:
+        setup.optimizer.zero_grad(set_to_none=True)
+        with torch.enable_grad(), autocast(precision, device):
+            loss = setup.loss_fn(setup.model, batch)
+        loss.backward()
+        norm = clip_grads(params, clip)
+        if not first:
+            first.append((loss_value(loss), norm))
+        return loss
+
+    with scaled_lr(setup.optimizer, lr_scale):
+        setup.optimizer.step(closure)
+    return first[0] if first else (math.nan, math.nan)
+
+
+def clip_grads(params: list[torch.nn.Parameter], max_norm: Optional[float]) -> float:
+    """clip_grad_norm_ (None: measure only) that also takes sparse gradients (an Embedding(sparse=True)
+    under SparseAdam), which torch's own refuses. Returns the pre-clip global norm."""
+    if not params:
+        return 0.0
+    if not any(p.grad is not None and p.grad.is_sparse for p in params):
+        return float(_TORCH_CLIP(params, max_norm if max_norm is not None else float("inf")))
+    norm = grad_norm(params)
+    if max_norm is not None and math.isfinite(norm) and norm > max_norm:
+        factor = max_norm / (norm + 1e-6)
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(factor)  # in place, sparse or dense
+    return norm
 
 
 @contextlib.contextmanager
@@ -87,8 +137,12 @@ def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 def grad_norm(params: list[torch.nn.Parameter]) -> float:
     """Global L2 norm of the gradients present (0.0 when none)."""
-    norms = [p.grad.detach().float().norm() for p in params if p.grad is not None]
+    norms = [_dense_values(p.grad).float().norm() for p in params if p.grad is not None]
     return float(torch.stack(norms).norm().item()) if norms else 0.0
+
+
+def _dense_values(grad: torch.Tensor) -> torch.Tensor:
+    return grad.detach().coalesce().values() if grad.is_sparse else grad.detach()
 
 
 def param_vector_norm(model: torch.nn.Module) -> float:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +31,15 @@ from triage.experiments import Experiment, Registry, default_registry
 from triage.playbook import limits
 from triage.playbook.conditions import Condition, ConditionError, parse_condition
 from triage.playbook.typecheck import NONE, NUMBER, STR, Kinds, check_types, kinds_of
+
+log = logging.getLogger(__name__)
 from triage.playbook.schema import (Candidate, DecisionNode, DifferentialNode, Finding, LeafNode, PlaybookFile,
                                     RunNode)
 from triage.records import SetupFacts
 
 SETUP_FACTS = tuple(SetupFacts.model_fields)
-RUN_FIELDS = ("status", "seconds")  # every ExperimentRun has these besides its outcome's fields
+# Every ExperimentRun has these besides its outcome's fields (`error`: the traceback, or a not_applicable reason).
+RUN_FIELDS = ("status", "seconds", "error")
 LOCATION_KEYS = ("module", "module_type", "previous_module", "previous_module_type", "op", "source", "batch",
                  "parameters", "rank")
 
@@ -73,16 +77,6 @@ class Playbook:
     def measured(self, node: str) -> dict[str, Condition]:
         """A differential node's candidates that declare the abnormality they repair, and its condition."""
         return self.graph.nodes[node]["measured"]
-
-    def budget_s(self, run_id: str) -> float:
-        """The time budget of a run node's or a candidate's experiment."""
-        if run_id in self.graph:
-            return self.spec(run_id).budget_s
-        for node in self.graph:
-            spec = self.spec(node)
-            if isinstance(spec, DifferentialNode) and run_id in spec.differential:
-                return spec.differential[run_id].budget_s
-        raise KeyError(run_id)
 
 
 def default_playbook_path() -> Path:
@@ -274,8 +268,10 @@ def _build_graph(book: PlaybookFile, registry: Registry, where: _Where):
         if isinstance(spec, RunNode):
             params[node_id] = _node_params(node_id, spec.run, spec.with_, book, registry, where)
             experiments[node_id] = spec.run
+            _warn_budget(node_id, spec.budget_s, where)
         elif isinstance(spec, DifferentialNode):
             for cid, candidate in spec.differential.items():
+                _warn_budget(cid, candidate.budget_s, where)
                 if cid in book.nodes or cid in experiments:
                     raise PlaybookError(where.say(cid, f"candidate id '{cid}' is already used by another node "
                                                        "or candidate; ids name experiments, so they must be unique."))
@@ -304,6 +300,15 @@ def _build_graph(book: PlaybookFile, registry: Registry, where: _Where):
             labels = graph.edges[node_id, target]["labels"] if graph.has_edge(node_id, target) else []
             graph.add_edge(node_id, target, labels=labels + [label])
     return graph, params, experiments
+
+
+def _warn_budget(node_id: str, budget_s: Optional[float], where: _Where) -> None:
+    """`budget_s` once cut an experiment after so many seconds, which made the verdict depend on the
+    machine's speed. Read and ignored, so that an older playbook still loads."""
+    if budget_s is not None:
+        log.warning(where.say(node_id, f"budget_s: {budget_s:g} is ignored: an experiment runs its steps "
+                                       "whatever the machine's speed; bound the whole walk with --max-minutes "
+                                       "instead, and remove budget_s."))
 
 
 def _node_spec(node_id: str, raw: Any, where: _Where) -> Spec:
@@ -403,11 +408,16 @@ class _Refs:
         if ref == "setup":
             return kinds_of(SetupFacts.model_fields[field].annotation)
         if field in RUN_FIELDS:
-            return Kinds({STR if field == "status" else NUMBER})
+            return Kinds({NUMBER} if field == "seconds" else {STR, NONE} if field == "error" else {STR})
         return kinds_of(self.registry.get(self.experiments[ref]).outcome.model_fields[field].annotation) | {NONE}
 
     def field(self, ref: str, field: str, at: str, what: str) -> None:
         outcome = self.registry.get(self.experiments[ref]).outcome
+        if field == "seconds":
+            raise PlaybookError(self.where.say(at, f"{what} reads '{ref}.seconds', the experiment's wall time: a "
+                                                   "decision must not depend on how fast the machine is (the same "
+                                                   "checkpoint gets the same verdict everywhere). Read what it "
+                                                   "measured instead, in steps of the run (steps_run, ...)."))
         if field not in outcome.model_fields and field not in RUN_FIELDS:
             raise PlaybookError(self.where.say(at, f"{what}: '{ref}' runs '{self.experiments[ref]}', whose "
                                                    f"outcome has no field '{field}'. "

@@ -35,7 +35,8 @@ class RunNode(_Strict):
     run: str = Field(description="A registered experiment name.")
     with_: dict[str, Any] = Field(default_factory=dict, alias="with", description="Its parameters.")
     title: Optional[str] = Field(default=None, description="What this step asks, for the report.")
-    budget_s: float = Field(default=60.0, gt=0, description="Wall-clock budget of the experiment.")
+    budget_s: Optional[float] = Field(default=None, gt=0, description="Ignored, with a warning (it was a wall-clock "
+                                      "budget): an experiment runs its steps; --max-minutes bounds the walk.")
     branches: list[Branch] = Field(default_factory=list)
     otherwise: str = Field(description="Where to go when no branch holds.")
     otherwise_answer: Optional[str] = Field(default=None, description="The question answered in words when no "
@@ -79,7 +80,8 @@ class Candidate(_Strict):
         default=None, description="The abnormality this fix repairs, as a condition on what was measured "
                                   "(the run clips every step, its weights collapsed): when it holds, the "
                                   "candidate ranks in tier 1, above settings that would only mask the cause.")
-    budget_s: float = Field(default=60.0, gt=0, description="Wall-clock budget of the experiment.")
+    budget_s: Optional[float] = Field(default=None, gt=0, description="Ignored, with a warning (it was a wall-clock "
+                                      "budget): an experiment runs its steps; --max-minutes bounds the walk.")
 
 
 class DifferentialNode(_Strict):

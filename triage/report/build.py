@@ -61,6 +61,7 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         command=command,
         seconds=round(walk.seconds, 2),
         stopped=walk.stopped,
+        cut=walk.cut,
     )
 
 

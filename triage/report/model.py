@@ -131,7 +131,10 @@ class Report(_Frozen):
     command: str = Field(description="The command that reproduces this triage.")
     seconds: float
     stopped: Optional[str] = Field(default=None, description="Why the walk ended before a leaf (a rank raised "
-                                                             "or stopped responding); None when it reached one.")
+                                                             "or stopped responding, or the --max-minutes ceiling "
+                                                             "passed); None when it reached one.")
+    cut: list[str] = Field(default_factory=list, description="Experiments the --max-minutes ceiling cut part way "
+                                                             "or before they began: unmeasured, not ruled out.")
 
     def experiment(self, node: str) -> Optional[ExperimentRun]:
         return next((e for e in self.experiments if e.node == node), None)

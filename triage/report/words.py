@@ -54,7 +54,9 @@ _CHANGES = {
     "subset": lambda v: f"first {v} examples only" if v else "all examples",
     "skip_batches": lambda v: f"skipping {_batches(v)}" if v else "no batch skipped",
     "skip_outliers_of": lambda v: f"skipping the outlier batches '{v}' found" if v else "no batch skipped",
-    "loop": lambda v: "the run's own train_step" if v == "user" else "triage's reference loop",
+    "loop": lambda v: {"user": "the run's own train_step", "reference": "triage's reference loop"}.get(
+        v, "the run's own train_step where it has one"),
+    "lr_of": lambda v: f"the LR of optimizer '{v}' only" if v else "every optimizer's LR",
     "init": lambda v: {"setup": "fresh init from setup()", "default": "PyTorch default init",
                        "checkpoint": "weights from the checkpoint"}.get(v, f"init={v}"),
     "val_every": lambda v: f"val loss every {v} steps" if v else "no val loss",

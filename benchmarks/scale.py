@@ -1,0 +1,272 @@
+"""A verdict at every model size: triage on a small GPT-style language model at ~1M, ~8M, ~40M parameters.
+
+    python benchmarks/scale.py                       # 1M, 8M and 40M, healthy and LR too high, on one thread
+    python benchmarks/scale.py --sizes 1M            # one size; --sizes tiny (0.17M) for CI: 1-2 minutes
+    python benchmarks/scale.py --sizes 300M --device cuda
+
+The model is plain torch: token and position embeddings, pre-norm blocks (LayerNorm -> causal
+self-attention, LayerNorm -> 4x MLP with GELU), a final LayerNorm and an untied head; AdamW (weight decay
+0.1), no schedule. The data is made here: token sequences of a fixed random Markov chain over 512 tokens
+(each token has 8 likely successors), batch 16 x 128 tokens, a snapshot of 16 batches the run cycles
+through. For each size and run (healthy: lr 1e-3; lr_high: lr 0.1, at which the model spikes and then
+sits at the loss of learning nothing) it trains the run for --train-steps steps from init, saves a
+checkpoint (model, AdamW state, step, loss history), times one plain training step of the same model and
+batch on the same thread (the median of 10 after 3 warm-ups; --threads sets the threads of both), then
+triages the checkpoint in a fresh process as `triage run` does (candidates two at a time where a fork is
+allowed) and prints:
+
+- verdict and confidence, and whether the verdict is the one expected (healthy / lr_too_high);
+- step-equivalents: triage.run's wall time (load, walk, report) over one plain training step (the
+  process's start, Python and torch imports, is left out: --json gives it as startup_s);
+- the replay steps the walk ran (each experiment's steps_run; one whose figures were another's counts 0);
+- peak memory: the triage process's peak resident set (VmHWM) and its forked copy's (ru_maxrss of its
+  children), against the checkpoint's size on disk.
+
+Timings move with the machine's load (say it when you quote them); the verdicts do not: every experiment
+is bounded by its steps, not by seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+VOCAB, CONTEXT, BATCH, SNAPSHOT_BATCHES = 512, 128, 16, 16
+SUCCESSORS = 8  # likely next tokens of each token: the chain's entropy is about ln 8 + a little
+
+
+@dataclass(frozen=True)
+class Size:
+    width: int
+    layers: int
+    heads: int
+
+
+SIZES = {  # name -> shape; parameters with embeddings and head, at VOCAB 512 and CONTEXT 128
+    "tiny": Size(64, 2, 2),  # ~0.17M: seconds, for CI
+    "1M": Size(128, 4, 4),  # ~0.93M
+    "8M": Size(320, 6, 5),  # ~7.6M
+    "40M": Size(512, 12, 8),  # ~38M
+    "300M": Size(1024, 24, 16),  # ~303M: --device cuda only
+}
+RUNS = {"healthy": 1e-3, "lr_high": 0.1}  # the run's AdamW learning rate
+EXPECTED = {"healthy": "healthy", "lr_high": "lr_too_high"}
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def build_model(size: Size):
+    torch = _torch()
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(size.width), nn.LayerNorm(size.width)
+            self.qkv = nn.Linear(size.width, 3 * size.width)
+            self.proj = nn.Linear(size.width, size.width)
+            self.mlp = nn.Sequential(nn.Linear(size.width, 4 * size.width), nn.GELU(),
+                                     nn.Linear(4 * size.width, size.width))
+
+        def forward(self, x):  # (B, T, C)
+            b, t, c = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+            q, k, v = (z.view(b, t, size.heads, c // size.heads).transpose(1, 2) for z in (q, k, v))  # (B, nh, T, hs)
+            y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+            return x + self.mlp(self.ln2(x))
+
+    class GPT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tokens, self.positions = nn.Embedding(VOCAB, size.width), nn.Embedding(CONTEXT, size.width)
+            self.blocks = nn.ModuleList(Block() for _ in range(size.layers))
+            self.ln, self.head = nn.LayerNorm(size.width), nn.Linear(size.width, VOCAB, bias=False)
+            for module in self.modules():
+                if isinstance(module, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(module.weight, std=0.02)
+                    if getattr(module, "bias", None) is not None:
+                        nn.init.zeros_(module.bias)
+
+        def forward(self, idx):  # (B, T) -> (B, T, VOCAB)
+            x = self.tokens(idx) + self.positions(torch.arange(idx.shape[1], device=idx.device))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln(x))
+
+    torch.manual_seed(0)
+    return GPT()
+
+
+def token_batches(n: int, seed: int = 0):
+    """n batches of (inputs, next tokens), each (BATCH, CONTEXT), from one fixed Markov chain."""
+    torch = _torch()
+    g = torch.Generator().manual_seed(1234)
+    successors = torch.randint(0, VOCAB, (VOCAB, SUCCESSORS), generator=g)  # the chain: fixed for every seed
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(n):
+        seq = torch.empty(BATCH, CONTEXT + 1, dtype=torch.long)
+        seq[:, 0] = torch.randint(0, VOCAB, (BATCH,), generator=g)
+        for t in range(CONTEXT):
+            pick = torch.randint(0, SUCCESSORS, (BATCH,), generator=g)
+            noise = torch.rand(BATCH, generator=g) < 0.1  # one step in ten: any token
+            nxt = successors[seq[:, t], pick]
+            seq[:, t + 1] = torch.where(noise, torch.randint(0, VOCAB, (BATCH,), generator=g), nxt)
+        batches.append((seq[:, :-1].clone(), seq[:, 1:].clone()))
+    return batches
+
+
+def lm_loss(model, batch):
+    x, y = batch
+    logits = model(x)
+    return _torch().nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+
+
+def setup(size: str = "1M", run: str = "healthy", device: str = "cpu"):
+    import triage
+
+    torch = _torch()
+    model = build_model(SIZES[size]).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=RUNS[run], weight_decay=0.1)
+    batches = [tuple(t.to(device) for t in b) for b in token_batches(SNAPSHOT_BATCHES)]
+    return triage.Setup(model=model, optimizer=optimizer, loss_fn=lm_loss, batches=batches, device=device)
+
+
+def train(size: str, run: str, device: str, steps: int, path: Path) -> tuple[list[float], float, int]:
+    """The run: `steps` AdamW steps from init over the snapshot. Returns its losses, one plain step's
+    seconds (median of 10 after 3 warm-ups, same model and batch), and the parameter count."""
+    import triage
+
+    torch = _torch()
+    s = setup(size, run, device)
+    model, opt, batches = s.model, s.optimizer, s.batches
+    losses = []
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = lm_loss(model, batches[step % len(batches)])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    triage.save_checkpoint(path, model, opt, step=steps, history=losses)
+    s2 = setup(size, run, device)  # timed on a copy, so the saved run is untouched
+    times = []
+    for i in range(13):
+        t0 = time.perf_counter()
+        s2.optimizer.zero_grad(set_to_none=True)
+        lm_loss(s2.model, s2.batches[0]).backward()
+        s2.optimizer.step()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return losses, statistics.median(times[3:]), sum(p.numel() for p in model.parameters())
+
+
+def triage_one(size: str, run: str, device: str, checkpoint: Path, out: Path, max_minutes) -> dict:
+    """In a fresh process (below): triage the checkpoint as `triage run` does, and measure it."""
+    started = time.perf_counter()
+    from triage import api
+
+    imported = time.perf_counter()
+    ceiling = {"max_minutes": max_minutes} if max_minutes is not None else {}  # (older triage: no ceiling)
+    report, _ = api.run(lambda: setup(size, run, device), checkpoint, out=out, parallel=True, **ceiling)
+    done = time.perf_counter()
+    return {"verdict": report.root_cause, "confidence": report.confidence, "seconds": done - imported,
+            "startup_s": imported - started, "cut": getattr(report, "cut", []), "path": report.path,
+            "peak_mb": _vm_hwm_mb(), "copy_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+            "replayed_steps": sum((e.outcome or {}).get("steps_run", 0) or 0 for e in report.experiments
+                                  if getattr(e, "same_as", None) is None)}
+
+
+def _vm_hwm_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(size: str, run: str, device: str, train_steps: int, folder: Path, max_minutes, threads: int = 1) -> dict:
+    checkpoint = folder / f"{size}-{run}.pt"
+    losses, step_s, params = train(size, run, device, train_steps, checkpoint)
+    t0 = time.perf_counter()
+    child = subprocess.run([sys.executable, __file__, "--_one", size, run, device, str(checkpoint),
+                            str(folder / f"{size}-{run}"), json.dumps(max_minutes), str(threads)],
+                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+    if child.returncode != 0:
+        raise SystemExit(f"triage of {size}/{run} failed:\n{child.stderr[-3000:]}")
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    result.update(size=size, run=run, params=params, step_s=step_s, process_s=time.perf_counter() - t0,
+                  loss_first=losses[0], loss_last=losses[-1], checkpoint_mb=checkpoint.stat().st_size / 2**20,
+                  step_eq=result["seconds"] / step_s, right=result["verdict"] == EXPECTED[run])
+    return result
+
+
+def _row(r: dict) -> str:
+    loss = f"{r['loss_first']:.2f} -> {r['loss_last']:.2f}" if math.isfinite(r["loss_last"]) else \
+        f"{r['loss_first']:.2f} -> {r['loss_last']}"
+    return (f"| {r['params'] / 1e6:.2f}M | {r['run']} | {loss} | {r['verdict']} ({r['confidence']})"
+            f"{'' if r['right'] else ' **wrong**'} | {r['step_eq']:.0f} | {r['seconds']:.1f} s | "
+            f"{r['step_s'] * 1000:.1f} ms | {r['replayed_steps']} | {r['peak_mb']:.0f} / {r['copy_peak_mb']:.0f} MB | "
+            f"{r['checkpoint_mb']:.1f} MB |")
+
+
+HEADER = ("| params | run | its loss | verdict | step-eq | triage | one step | steps replayed | "
+          "peak RSS (walk / copy) | checkpoint |\n|---|---|---|---|---|---|---|---|---|---|")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1M,8M,40M", help=f"comma-separated, of {list(SIZES)}")
+    parser.add_argument("--runs", default="healthy,lr_high", help=f"comma-separated, of {list(RUNS)}")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (required for 300M)")
+    parser.add_argument("--train-steps", type=int, default=80, help="steps the run trains before its checkpoint")
+    parser.add_argument("--max-minutes", type=float, default=None, help="triage's ceiling (default: none)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, for training and triage alike")
+    parser.add_argument("--keep", type=Path, default=None, help="keep checkpoints and reports here")
+    parser.add_argument("--json", action="store_true", help="print one JSON line per case as well")
+    args = parser.parse_args(argv)
+    sizes, runs = args.sizes.split(","), args.runs.split(",")
+    unknown = [s for s in sizes if s not in SIZES] + [r for r in runs if r not in RUNS]
+    if unknown:
+        parser.error(f"expected sizes from {list(SIZES)} and runs from {list(RUNS)}, found {unknown}")
+    if "300M" in sizes and not args.device.startswith("cuda"):
+        parser.error("300M trains only with --device cuda (on one CPU thread it would take hours)")
+    _torch().set_num_threads(args.threads)
+    print(f"threads {args.threads}; load: {os.getloadavg()[0]:.2f} (1 min average) on {os.cpu_count()} cores; device {args.device}")
+    print(HEADER, flush=True)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        for size in sizes:
+            for run in runs:
+                result = measure(size, run, args.device, args.train_steps, folder, args.max_minutes, args.threads)
+                results.append(result)
+                print(_row(result), flush=True)
+                if args.json:
+                    print(json.dumps(result), flush=True)
+    print(f"load after: {os.getloadavg()[0]:.2f}")
+    return 0 if all(r["right"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--_one":
+        size, run, device, checkpoint, out, ceiling, threads = sys.argv[2:9]
+        _torch().set_num_threads(int(threads))
+        print(json.dumps(triage_one(size, run, device, Path(checkpoint), Path(out), json.loads(ceiling))))
+    else:
+        sys.exit(main())
