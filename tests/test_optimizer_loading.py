@@ -237,3 +237,29 @@ def test_a_state_saved_with_other_flags_of_the_same_optimizer_loads_as_torch_loa
     saved = _trained(factory(saved_with))
     session = session_from_factory(factory(built_with), checkpoint=_checkpoint(saved))
     assert session.setup.optimizer.param_groups[0]["lr"] == saved.optimizer.param_groups[0]["lr"]
+
+
+def _two_optimizers(d_optimizer="SGD"):
+    def setup():
+        model = _model()
+        g = torch.optim.Adam(model[0].parameters(), lr=1e-2)
+        d = OPTIMIZERS[d_optimizer](model[2].parameters())
+        return triage.Setup(model=model, optimizers={"G": g, "D": d}, loss_fn=_loss, batches=_batches())
+    return setup
+
+
+def test_several_optimizers_saved_by_name_are_each_fitted_and_a_misfit_is_named():
+    saved = _trained(_two_optimizers())
+    state = {"model": saved.model.state_dict(),
+             "optimizer": {name: saved.optimizer[name].state_dict() for name in ("G", "D")}}
+    session = session_from_factory(_two_optimizers(),
+                                   checkpoint=Checkpoint(layout="dict", model_state=state["model"],
+                                                         optimizer_state=state["optimizer"]))
+    by_name = dict(saved.model.named_parameters())
+    for pname, p in session.setup.model.named_parameters():
+        _same_state(saved.optimizer.state[by_name[pname]], session.setup.optimizer.state[p])
+    with pytest.raises(CheckpointError, match="checkpoint's optimizer 'D' state to fit the optimizer setup\\(\\) "
+                                              "built \\(Adam\\)"):
+        session_from_factory(_two_optimizers("Adam"),
+                             checkpoint=Checkpoint(layout="dict", model_state=state["model"],
+                                                   optimizer_state=state["optimizer"]))
