@@ -38,6 +38,12 @@ def data_parallel():
     return make(nn.DataParallel(model()))
 
 
+def per_epoch():
+    m = model()
+    return triage.Setup(model=m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1), loss_fn=loss, batches=batches(),
+                        steps_per_epoch=25)
+
+
 def adafactor():
     m = model()
     return make(m, torch.optim.Adafactor(m.parameters(), lr=1e-2))
@@ -138,6 +144,14 @@ def test_the_checkpoint_step_is_read_from_the_names_projects_use_and_its_source_
     data = assert_written(loading, code, text)
     assert data["checkpoint"]["step"] == step and data["checkpoint"]["step_source"] == source
     assert f"from {source}" in (loading / "out" / "report.html").read_text().replace("&#39;", "'")
+
+
+def test_an_epoch_becomes_the_step_where_setup_says_the_steps_per_epoch_through_the_cli(loading):
+    _save(loading, "epoch.pt", "plain", {"epoch": 3})
+    code, text = run_cli(loading, entry="loading_entry:per_epoch", checkpoint="epoch.pt")
+    data = assert_written(loading, code, text)
+    assert data["checkpoint"]["step"] == 75
+    assert data["checkpoint"]["step_source"] == "the checkpoint's 'epoch' 3 x Setup.steps_per_epoch 25"
 
 
 def test_an_epoch_becomes_the_step_where_setup_says_the_steps_per_epoch():
@@ -262,6 +276,8 @@ def test_checkpoint_and_report_that_never_end_are_refused(loading):
     result = CliRunner().invoke(app, ["report", "/dev/zero"])
     assert result.exit_code == 2 and "not a regular file" in " ".join(result.output.split())
     assert "Traceback" not in result.output
+    code, text = run_cli(loading, "--history", "/dev/zero")
+    assert_refused(loading, code, text, "Expected a history at '/dev/zero', found a device, a pipe or a socket")
 
 
 def test_a_playbook_with_a_node_twice_is_refused_naming_both_lines(loading):

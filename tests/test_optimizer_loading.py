@@ -219,3 +219,47 @@ def test_a_scheduler_s_wrapped_step_does_not_hide_the_optimizer_s_state():
 
     with pytest.raises(CheckpointError, match="without exp_avg_sq, which this optimizer keeps"):
         session_from_factory(with_schedule, checkpoint=_checkpoint(saved))
+
+
+@pytest.mark.parametrize("saved_with, built_with", [
+    (lambda p: torch.optim.Adam(p, lr=1e-2), lambda p: torch.optim.Adam(p, lr=1e-2, amsgrad=True)),
+    (lambda p: torch.optim.SGD(p, lr=0.1), lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)),
+])
+def test_a_state_saved_with_other_flags_of_the_same_optimizer_loads_as_torch_loads_it(saved_with, built_with):
+    """The saved groups' settings apply once loaded (the disagreement is reported elsewhere): the state they
+    kept (no max_exp_avg_sq without amsgrad, no momentum buffer without momentum) fits."""
+    def factory(make):
+        def setup():
+            model = _model()
+            return triage.Setup(model=model, optimizer=make(model.parameters()), loss_fn=_loss, batches=_batches())
+        return setup
+
+    saved = _trained(factory(saved_with))
+    session = session_from_factory(factory(built_with), checkpoint=_checkpoint(saved))
+    assert session.setup.optimizer.param_groups[0]["lr"] == saved.optimizer.param_groups[0]["lr"]
+
+
+def _two_optimizers(d_optimizer="SGD"):
+    def setup():
+        model = _model()
+        g = torch.optim.Adam(model[0].parameters(), lr=1e-2)
+        d = OPTIMIZERS[d_optimizer](model[2].parameters())
+        return triage.Setup(model=model, optimizers={"G": g, "D": d}, loss_fn=_loss, batches=_batches())
+    return setup
+
+
+def test_several_optimizers_saved_by_name_are_each_fitted_and_a_misfit_is_named():
+    saved = _trained(_two_optimizers())
+    state = {"model": saved.model.state_dict(),
+             "optimizer": {name: saved.optimizer[name].state_dict() for name in ("G", "D")}}
+    session = session_from_factory(_two_optimizers(),
+                                   checkpoint=Checkpoint(layout="dict", model_state=state["model"],
+                                                         optimizer_state=state["optimizer"]))
+    by_name = dict(saved.model.named_parameters())
+    for pname, p in session.setup.model.named_parameters():
+        _same_state(saved.optimizer.state[by_name[pname]], session.setup.optimizer.state[p])
+    with pytest.raises(CheckpointError, match="checkpoint's optimizer 'D' state to fit the optimizer setup\\(\\) "
+                                              "built \\(Adam\\)"):
+        session_from_factory(_two_optimizers("Adam"),
+                             checkpoint=Checkpoint(layout="dict", model_state=state["model"],
+                                                   optimizer_state=state["optimizer"]))

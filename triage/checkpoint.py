@@ -51,7 +51,7 @@ class Checkpoint:
     scheduler_state: Optional[dict[str, Any]] = None
     scaler_state: Optional[dict[str, Any]] = None
     step: Optional[int] = None
-    step_source: Optional[str] = None  # where `step` was read, in words ("the entry 'iter_num'")
+    step_source: Optional[str] = None  # where `step` was read, in words ("the checkpoint's 'iter_num'")
     epoch: Optional[int] = None  # the run's epoch, where it saved one: the step once steps per epoch are known
     notes: tuple[tuple[str, str], ...] = ()  # (finding id, text): what reading left out (an unusable step, say)
     history: list[HistoryPoint] = field(default_factory=list)

@@ -78,7 +78,7 @@ def _finish(report, files, output: Output) -> None:
 
 @app.command()
 def run(
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="The failing run's checkpoint (.pt, .ckpt or HF folder)."),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="The failing run's checkpoint (.pt, .ckpt, HF or capture folder); required."),
     entry: str = typer.Option(..., "--entry", "-e", help="mymod:setup or path/to/file.py:setup"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report folder (default: reports/<time>)."),
     playbook: Optional[Path] = typer.Option(None, "--playbook", "-p", help="A playbook YAML (default: the shipped one)."),

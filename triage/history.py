@@ -113,8 +113,9 @@ def read_history_file(path: Path, loss_key: Optional[str] = None, val_key: Optio
         found = next((path / n for n in ("metrics.csv", "trainer_state.json", "history.csv") if (path / n).is_file()), None)
         path = found or next(iter(sorted(path.rglob("metrics.csv"))), path)
     if not path.is_file():
+        found = "a device, a pipe or a socket, not a file" if path.exists() else "none"
         raise CheckpointError(
-            f"Expected a history at '{path}', found none. Pass a CSV (e.g. Lightning's metrics.csv), a JSONL "
+            f"Expected a history at '{path}', found {found}. Pass a CSV (e.g. Lightning's metrics.csv), a JSONL "
             "file, trainer_state.json, or a TensorBoard log folder, with a 'loss' per step."
         )
     try:

@@ -56,7 +56,7 @@ def fit_state(optimizer: torch.optim.Optimizer, state: Any) -> Fitted:
         raise OptimizerMismatch(f"the checkpoint's optimizer entry is not an optimizer state_dict (expected "
                                 f"'state' and 'param_groups', found {_keys(state)})")
     _check_settings(optimizer, groups, name)
-    expected = _probe(optimizer)
+    expected = _probe(optimizer, groups)
     built = optimizer.param_groups
     if len(groups) != len(built):
         raise OptimizerMismatch(f"the checkpoint's optimizer has {len(groups)} parameter group(s) of "
@@ -113,18 +113,23 @@ def _is_flag(value: Any) -> bool:
 _PARAM_SHAPED = "param"  # a state tensor of its parameter's shape (a moment, a momentum buffer)
 
 
-def _probe(optimizer: torch.optim.Optimizer) -> Optional[list[list[dict[str, Any]]]]:
+def _probe(optimizer: torch.optim.Optimizer, saved: list[dict]) -> Optional[list[list[dict[str, Any]]]]:
     """Per group, per parameter: the state keys one step writes, each `_PARAM_SHAPED`, or the state
     tensor's number of dimensions, or None (not a tensor). Measured on a copy of the optimizer over
     stand-ins of at most 2 elements a dimension (same dtype, device, requires_grad), so nothing of the
-    run is touched; None when the copy cannot step (a constructor-bound subclass, a fused CUDA-only flag)."""
+    run is touched; None when the copy cannot step (a constructor-bound subclass, a fused CUDA-only flag).
+    The copy's groups take the `saved` groups' settings, as loading will (Adam's amsgrad, SGD's momentum
+    decide which state a step keeps)."""
     if _wraps_another(optimizer):
         return None
     try:
         stand_ins = [[_stand_in(p) for p in group["params"]] for group in optimizer.param_groups]
         twin = copy.copy(optimizer)
         twin.__dict__ = _with_stand_ins(optimizer, stand_ins)
-        twin.param_groups = [dict(group, params=params) for group, params in zip(optimizer.param_groups, stand_ins)]
+        settings = [{k: v for k, v in g.items() if k not in _NOT_SETTINGS} for g in saved] \
+            if len(saved) == len(optimizer.param_groups) else [{} for _ in stand_ins]
+        twin.param_groups = [{**group, **own, "params": params}
+                             for group, own, params in zip(optimizer.param_groups, settings, stand_ins)]
         twin.state = defaultdict(dict)
         for hooks in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks"):
             if hasattr(twin, hooks):
