@@ -8,6 +8,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+import triage
 from tests.tiny import mlp_setup
 from triage import api
 from triage.cli import app
@@ -135,20 +136,26 @@ def test_a_playbook_budget_in_seconds_is_ignored_with_a_warning(tmp_path, caplog
                for r in caplog.records)
 
 
+def _checkpoint(folder):
+    setup = mlp_setup()
+    return str(triage.save_checkpoint(folder / "ckpt.pt", setup.model, setup.optimizer, step=0))
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "inf"])
 def test_max_minutes_must_be_a_positive_number(value, tmp_path):
-    result = CliRunner().invoke(app, ["run", "--entry", "tests.tiny:mlp_setup", "--out", str(tmp_path),
-                                      "--max-minutes", value])
+    result = CliRunner().invoke(app, ["run", "--entry", "tests.tiny:mlp_setup", "--out", str(tmp_path / "out"),
+                                      "--checkpoint", _checkpoint(tmp_path), "--max-minutes", value])
     assert result.exit_code == 2
     assert "Expected --max-minutes to be a positive number of minutes" in result.output
 
 
 def test_the_command_line_says_what_the_ceiling_cut_and_exits_3(tmp_path):
-    result = CliRunner().invoke(app, ["run", "--entry", "tests.tiny:mlp_setup", "--out", str(tmp_path),
-                                      "--output", "quiet", "--max-minutes", "0.000001"])
+    result = CliRunner().invoke(app, ["run", "--entry", "tests.tiny:mlp_setup", "--out", str(tmp_path / "out"),
+                                      "--checkpoint", _checkpoint(tmp_path), "--output", "quiet",
+                                      "--max-minutes", "0.000001"])
     assert result.exit_code == 3, result.output
     assert "the walk stopped: the --max-minutes ceiling" in result.output
-    report = json.loads((tmp_path / "report.json").read_text())
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
     [cut] = report["cut"]
     assert f"passed before '{cut}' began" in report["stopped"]
     assert report["confidence"] == "low" and cut not in {e["node"] for e in report["experiments"]}
