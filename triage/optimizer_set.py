@@ -54,8 +54,18 @@ class OptimizerSet(torch.optim.Optimizer):
     def __iter__(self) -> Iterator[str]:
         return iter(self.optimizers)
 
+    # Read as the dict the step was written for: optimizers["G"], .items(), .keys(), .values(), len().
     def items(self):
         return self.optimizers.items()
+
+    def keys(self):
+        return self.optimizers.keys()
+
+    def values(self):
+        return self.optimizers.values()
+
+    def __len__(self) -> int:
+        return len(self.optimizers)
 
     def __repr__(self) -> str:
         return "OptimizerSet(" + ", ".join(f"{n}={type(o).__name__}" for n, o in self.optimizers.items()) + ")"

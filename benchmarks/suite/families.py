@@ -181,8 +181,11 @@ def train_step_for(kind: Optional[str], loss_fn: Callable, cfg: Optional[RunConf
 # --- a run's own loop (the loops axis, issue 21): correct loops that are not the reference loop ---
 
 def _manual_sgd(loss_fn, cfg, extra):
-    """No optimizer object: a hand-written SGD update with clipping (PyTorch's word-language-model example)."""
+    """No optimizer object: a hand-written SGD update with clipping (PyTorch's word-language-model example).
+    Its LR is the config's, fixed in the step (not declared as `manual_lr`: the stock check's fix of an LR
+    fault rebuilds the config, which a checkpoint's optimizer state holding that LR would undo)."""
     def manual_sgd(model, optimizer, batch):
+        lr = cfg.lr
         model.zero_grad()
         loss = loss_fn(model, batch)
         loss.backward()
@@ -190,22 +193,21 @@ def _manual_sgd(loss_fn, cfg, extra):
         with torch.no_grad():
             for p in model.parameters():
                 if p.grad is not None:
-                    p.add_(p.grad, alpha=-cfg.lr)
+                    p.add_(p.grad, alpha=-lr)
         return loss.detach()
     return manual_sgd
 
 
 def _two_optimizers(loss_fn, cfg, extra):
-    """The body and the head each with its own optimizer (the head's is not the one in Setup)."""
-    head_optimizer = extra["head_optimizer"]
-
-    def two_optimizers(model, optimizer, batch):
-        optimizer.zero_grad()
-        head_optimizer.zero_grad()
+    """The body and the head each with its own optimizer, handed to triage by name as README says
+    (`optimizers={"body": ..., "head": ...}`): the step gets them as one set."""
+    def two_optimizers(model, optimizers, batch):
+        for optimizer in optimizers.values():
+            optimizer.zero_grad()
         loss = loss_fn(model, batch)
         loss.backward()
-        optimizer.step()
-        head_optimizer.step()
+        for optimizer in optimizers.values():
+            optimizer.step()
         return loss.detach()
     return two_optimizers
 
@@ -376,11 +378,18 @@ def build_setup(cfg: RunConfig, default_init: bool = False) -> triage.Setup:
     optimizer = make_optimizer(cfg, params)
     train, val = build_data(cfg)
     loss_fn = loss_fn_for(family, cfg.loss, cfg.loss_weight, cfg.loss_on_copy)
+    scheduler = make_scheduler(cfg.schedule, optimizer)
+    # A run's own loop declared as README says: its optimizers by name, a schedule stepped once an epoch.
+    declared: dict = {}
+    if cfg.train_step == "two_optimizers":
+        declared["optimizers"], optimizer = {"body": optimizer, "head": extra["head_optimizer"]}, None
+    if cfg.schedule is not None and cfg.schedule.per_epoch:
+        declared.update(scheduler_interval="epoch", steps_per_epoch=len(train))
     return triage.Setup(
         model=model, optimizer=optimizer, loss_fn=loss_fn, batches=train, val_batches=val or None,
-        scheduler=make_scheduler(cfg.schedule, optimizer), precision=cfg.precision, grad_clip=cfg.grad_clip,
+        scheduler=scheduler, precision=cfg.precision, grad_clip=cfg.grad_clip,
         train_step=train_step_for(cfg.train_step, loss_fn, cfg, extra), total_steps=cfg.total_steps,
-        scaler=extra.get("scaler"))
+        scaler=extra.get("scaler"), **declared)
 
 
 def constant_level(cfg: RunConfig) -> float:
