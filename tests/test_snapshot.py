@@ -10,6 +10,7 @@ from tests.tiny import mlp_setup
 from triage.experiments.base import Context
 from triage.experiments.replay import REPLAY, ReplayParams
 from triage.session import session_from_factory
+from triage.snapshot import Snapshot
 
 
 def with_scheduler():
@@ -76,3 +77,22 @@ def test_non_persistent_buffers_are_restored_too():
     session.setup.model.seen += 5
     session.restore()
     assert session.setup.model.seen.item() == 0
+
+
+def test_a_grad_scaler_stopped_between_unscale_and_update_is_fresh_after_a_restore():
+    """An experiment that stops on a non-finite loss after unscale_() (and before update()) must not make the
+    next experiment's unscale_() raise (seen on a GPU under fp16: 'unscale_() has already been called')."""
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(model(torch.ones(1, 2)).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    snapshot = Snapshot.take(model, optimizer, scaler=scaler)
+    scaler.scale(model(torch.ones(1, 2)).sum()).backward()
+    scaler.unscale_(optimizer)  # the step under way stops here
+    snapshot.restore(model, optimizer, scaler=scaler)
+    scaler.scale(model(torch.ones(1, 2)).sum()).backward()
+    scaler.unscale_(optimizer)  # raised RuntimeError before the restore cleared it
+    scaler.step(optimizer)
+    scaler.update()

@@ -84,6 +84,12 @@ class Snapshot:
         if scheduler is not None and self.scheduler is not None:
             scheduler.load_state_dict(copy.deepcopy(self.scheduler))
         if scaler is not None and self.scaler is not None:
+            # A GradScaler also remembers, per optimizer, that unscale_() ran in the step under way: an
+            # experiment stopped between unscale_() and update() (a non-finite loss) would make the next
+            # one's unscale_() raise. Its state_dict does not hold that; the fresh per-step state is empty.
+            per_optimizer = getattr(scaler, "_per_optimizer_states", None)
+            if per_optimizer is not None:
+                per_optimizer.clear()
             scaler.load_state_dict(copy.deepcopy(self.scaler))
         set_rng_state(self.rng)
 
