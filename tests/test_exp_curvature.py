@@ -46,3 +46,19 @@ def test_adam_is_judged_on_its_preconditioned_hessian():
     out = run(CURVATURE, session_of(make, trained_checkpoint(make, 3)))
     assert out.preconditioned and out.edge == pytest.approx(38 / 0.01)
     assert out.sharpness is not None and out.sharpness > 0
+
+
+def test_attention_models_get_their_sharpness_measured():
+    """The fused attention kernels have no double backward ("derivative for ..._flash_attention_... is not
+    implemented"): the instrument runs attention through its math kernel."""
+    def make() -> triage.Setup:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, dropout=0.0),
+                              nn.Flatten(), nn.Linear(8 * 4, 3))
+        g = torch.Generator().manual_seed(0)
+        batches = [(torch.randn(6, 4, 8, generator=g), torch.randint(0, 3, (6,), generator=g)) for _ in range(2)]
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                            loss_fn=lambda m, b: nn.functional.cross_entropy(m(b[0]), b[1]), batches=batches)
+
+    out = run(CURVATURE, session_of(make))
+    assert out.sharpness is not None and out.sharpness > 0 and out.edge == pytest.approx(20.0)

@@ -10,7 +10,7 @@ import numpy as np
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.experiments.training import forward_backward, grad_scaler, trainable
+from triage.experiments.training import forward_backward, grad_scaler, probe_scaler, trainable
 from triage.views import Bars, Table
 
 # MAD -> standard deviation for normal data; the z-scores below read like ordinary ones.
@@ -53,7 +53,7 @@ def measure(ctx: Context, p: BatchScanParams) -> BatchScanOutcome:
     for index, batch in enumerate(session.batches):
         if ctx.out_of_time():
             break
-        loss, norm = forward_backward(setup, batch, setup.precision, None, scaler, device, params)
+        loss, norm = forward_backward(setup, batch, setup.precision, None, probe_scaler(scaler, device), device, params)
         losses.append(loss)
         norms.append(norm)
         ctx.progress(index + 1, len(session.batches))

@@ -15,6 +15,7 @@ seeded random vector; for Adam on the symmetric P^-1/2 H P^-1/2.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Optional
 
@@ -108,6 +109,20 @@ def _inverse_sqrt_preconditioner(optimizer, param, group) -> Optional[torch.Tens
 
 
 def _hvp(setup, batches, params, v) -> list[torch.Tensor]:
+    with _twice_differentiable_attention():
+        return _hvp_of(setup, batches, params, v)
+
+
+def _twice_differentiable_attention():
+    """Attention through its math kernel: the fused ones (flash, memory-efficient) have no double backward."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # torch before 2.3: one kernel choice of its own
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.MATH])
+
+
+def _hvp_of(setup, batches, params, v) -> list[torch.Tensor]:
     loss = sum(setup.loss_fn(setup.model, b) for b in batches) / len(batches)
     grads = torch.autograd.grad(loss, params, create_graph=True, allow_unused=True)
     grads = [g if g is not None else torch.zeros_like(q) for g, q in zip(grads, params)]

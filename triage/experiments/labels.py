@@ -128,11 +128,11 @@ def _knn_agreement(batches: list, p: LabelCheckParams) -> tuple[Optional[float],
             x = _token_counts(input_tensor(batch), y, p.max_vocabulary)
         if x is None or y is None or y.dim() != 1 or x.shape[0] != y.shape[0]:
             continue
-        x = x.reshape(x.shape[0], -1)
+        x, y = x.reshape(x.shape[0], -1).cpu(), y.cpu()  # token counts are built on the CPU
         # Padding labels and non-finite inputs (data_check's finding) would poison the distances.
         keep = (y != p.ignore_index) & torch.isfinite(x).all(dim=1)
-        xs.append(x[keep].float().cpu())
-        ys.append(y[keep].long().cpu())
+        xs.append(x[keep].float())
+        ys.append(y[keep].long())
         if sum(len(v) for v in ys) >= p.knn_examples:
             break
     if not ys:

@@ -28,6 +28,14 @@ def grad_scaler(setup: Any, precision: str, device: torch.device) -> Any:
     return setup.scaler if setup.scaler is not None else torch.amp.GradScaler("cuda")
 
 
+def probe_scaler(scaler: Any, device: torch.device) -> Any:
+    """A GradScaler for one backward that steps nothing (a probe of a batch's gradient): at the run's scale,
+    with none of the run's per-step state (a second unscale_() before an update() raises)."""
+    if scaler is None:
+        return None
+    return torch.amp.GradScaler(device.type, init_scale=scaler.get_scale())
+
+
 def forward_backward(setup: Any, batch: Any, precision: str, clip: Optional[float], scaler: Any,
                      device: torch.device, params: list[torch.nn.Parameter]) -> tuple[float, float]:
     """The reference loop's step up to the update: zero_grad, forward under autocast, backward
