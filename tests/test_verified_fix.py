@@ -119,3 +119,24 @@ def test_a_model_whose_output_is_not_one_tensor_is_judged_against_ln_k():
 
     levels = loss_levels(context(setup).session)
     assert levels.constant is None and levels.chance == pytest.approx(math.log(3))
+
+
+def test_a_converged_runs_noise_is_not_a_fix():
+    """A linear probe that had all but memorised its data (0.008 against ln 10 = 2.3): a candidate ending at
+    0.0047 is 40% lower, by 0.1% of the loss of learning nothing, and is no fix (the blind suite's probe was
+    called exploding_gradients, high, on that)."""
+    import math
+    from types import SimpleNamespace
+
+    from triage.experiments.levels import LossLevels
+    from triage.experiments.verify import verification
+
+    levels = LossLevels(kind="classification", num_classes=10, chance=math.log(10), constant=2.3)
+    reference = SimpleNamespace(finite=True, loss_end=0.008, steps_run=40)
+    noise = verification(finite=True, loss_start=0.008, loss_end=0.0047, reference=reference, against="baseline",
+                         levels=levels)
+    assert noise["improvement"] < 0.8 and not noise["better"] and not noise["fix_works"]
+    real = verification(finite=True, loss_start=0.9, loss_end=0.3,
+                        reference=SimpleNamespace(finite=True, loss_end=0.9, steps_run=40), against="baseline",
+                        levels=levels)
+    assert real["better"] and real["fix_works"]

@@ -3,7 +3,8 @@
 A counterfactual, started from the same state as the run it is paired with (`against`), works when
 - it stays finite to the end: a spike it recovers from is fine, only its end window counts;
 - it ends clearly better than the run as it was: its end window (the median of its last fifth of
-  steps) at most `margin` x the reference's, or the reference did not end finite at all;
+  steps) at most `margin` x the reference's, and lower by at least MIN_GAIN of the loss of learning
+  nothing (a converged run's noise is no fault fixed), or the reference did not end finite at all;
 - it ends at a sane level: clearly below (`level_margin` x) the loss of a model that learned nothing
   about its inputs — predicting the label frequencies for a classifier (ln K where they cannot be
   measured), the mean target for a regressor — or below its own start when neither is known.
@@ -24,6 +25,9 @@ from triage.experiments.levels import LossLevels
 
 DEFAULT_MARGIN = 0.8  # "clearly better": the end window at least 20% below the run's
 DEFAULT_LEVEL_MARGIN = 0.9  # "clearly below" learning nothing: 10% under it, more than noise
+# "Clearly better" in size too: the gain at least 1% of the loss of learning nothing. A run that has all but
+# memorised its data (0.008 against ln 10 = 2.3) ends 40% "better" by the noise of a few batches.
+MIN_GAIN = 0.01
 
 
 class VerifiedFix(Outcome):
@@ -65,7 +69,8 @@ def verification(*, finite: bool, loss_start: Optional[float], loss_end: Optiona
             improvement, better = 0.0, True
         elif reference_end > 0:
             improvement = loss_end / reference_end
-            better = improvement <= margin
+            nothing = levels.nothing_learned
+            better = improvement <= margin and not (nothing and reference_end - loss_end < MIN_GAIN * nothing)
         else:  # a loss that can go negative: "clearly" is the same share of its size
             better = loss_end < reference_end - (1 - margin) * abs(reference_end)
     if levels.constant is not None and levels.constant > 0:
