@@ -74,9 +74,9 @@ def trained_checkpoint(factory: Callable[[], triage.Setup], steps: int) -> Check
                       step=steps)
 
 
-def train_and_triage(tmp_path, make: Callable[[], triage.Setup], steps: int) -> triage.Report:
-    """Train `make()`'s run with the stock loop for `steps` steps, save its checkpoint (and loss log) the
-    way a user would, and triage it: the report."""
+def stock_checkpoint(tmp_path, make: Callable[[], triage.Setup], steps: int):
+    """Train `make()`'s run with the stock loop (its scheduler stepped after each step) for `steps` steps and
+    save its checkpoint (and loss log) the way a user would: (path, losses)."""
     torch.manual_seed(0)
     setup, losses = make(), []
     for step in range(steps):
@@ -84,7 +84,15 @@ def train_and_triage(tmp_path, make: Callable[[], triage.Setup], steps: int) -> 
         loss = setup.loss_fn(setup.model, setup.batches[step % len(setup.batches)])
         loss.backward()
         setup.optimizer.step()
+        if setup.scheduler is not None:
+            setup.scheduler.step()
         losses.append(loss.item())
-    path = triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, step=steps, history=losses)
+    return triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, scheduler=setup.scheduler,
+                                  step=steps, history=losses), losses
+
+
+def train_and_triage(tmp_path, make: Callable[[], triage.Setup], steps: int) -> triage.Report:
+    """Train `make()`'s run with the stock loop for `steps` steps, save its checkpoint and triage it."""
+    path, _ = stock_checkpoint(tmp_path, make, steps)
     report, _ = triage.run(make, path, out=tmp_path / "report")
     return report

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import triage
-from tests._instrument_runs import cross_entropy, digits
+from tests._instrument_runs import cross_entropy, digits, stock_checkpoint
 
 
 def _train_own_loop(setup: triage.Setup, steps: int) -> list[float]:
@@ -107,18 +107,7 @@ def warmup_to_a_peak_too_high() -> triage.Setup:
 
 
 def _stock_run(make, tmp_path, steps: int):
-    torch.manual_seed(0)
-    setup, losses = make(), []
-    for step in range(steps):
-        setup.optimizer.zero_grad()
-        loss = setup.loss_fn(setup.model, setup.batches[step % len(setup.batches)])
-        loss.backward()
-        setup.optimizer.step()
-        if setup.scheduler is not None:
-            setup.scheduler.step()
-        losses.append(loss.item())
-    return triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, scheduler=setup.scheduler,
-                                  step=steps, history=losses), losses
+    return stock_checkpoint(tmp_path, make, steps)
 
 
 def test_a_warmup_to_a_peak_lr_too_high_is_the_lr_not_the_init(tmp_path):
