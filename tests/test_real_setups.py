@@ -106,15 +106,11 @@ def warmup_to_a_peak_too_high() -> triage.Setup:
                         scheduler=scheduler, total_steps=1000)
 
 
-def _stock_run(make, tmp_path, steps: int):
-    return stock_checkpoint(tmp_path, make, steps)
-
-
 def test_a_warmup_to_a_peak_lr_too_high_is_the_lr_not_the_init(tmp_path):
     """Issue 20, situation 1: restarts replayed the warmup from step 0 (a tiny LR that "works"), and the
     verdict was bad_initialization, high. (This run was right before the change too: the issue's own run
     was not reproduced here; it guards the restart's schedule position.)"""
-    path, losses = _stock_run(warmup_to_a_peak_too_high, tmp_path, 12)
+    path, losses = stock_checkpoint(tmp_path, warmup_to_a_peak_too_high, 12)
     report, _ = triage.run(warmup_to_a_peak_too_high, path, out=tmp_path / "report")
     assert report.root_cause == "lr_too_high", (report.root_cause, report.confidence, losses)
 
@@ -166,7 +162,7 @@ def sign_error() -> triage.Setup:
 def test_a_loss_below_its_floor_is_a_symptom_not_a_fix(tmp_path):
     """Issue 20, situation 10: a loss that goes negative and keeps falling got a root cause whose candidate
     'worked' by ending below its own start."""
-    path, _ = _stock_run(sign_error, tmp_path, 30)
+    path, _ = stock_checkpoint(tmp_path, sign_error, 30)
     report, _ = triage.run(sign_error, path, out=tmp_path / "report")
     assert report.root_cause == "wrong_loss" and "below" in report.title.lower(), (report.root_cause, report.title)
 
@@ -280,7 +276,7 @@ def lora_too_small() -> triage.Setup:
 
 def test_a_stalled_lora_run_is_never_told_to_unfreeze_its_base(tmp_path):
     pytest.importorskip("peft", reason="the peft extra is not installed")
-    path, _ = _stock_run(lora_too_small, tmp_path, 40)
+    path, _ = stock_checkpoint(tmp_path, lora_too_small, 40)
     report, _ = triage.run(lora_too_small, path, out=tmp_path / "report")
     assert report.root_cause != "frozen_parameters", (report.root_cause, report.title)
     unfreeze = report.experiment("unfreeze")
