@@ -2,7 +2,6 @@
 --max-minutes ceiling, cuts a walk without ever reading a cut experiment as a ruled-out one."""
 
 import json
-import textwrap
 import time
 
 import pytest

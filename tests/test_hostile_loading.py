@@ -5,7 +5,6 @@ The rows share test_hostile_inputs.py's project folder and CLI runner."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 

@@ -44,8 +44,8 @@ class LossLevels(BaseModel):
     num_classes: Optional[int] = None
     chance: Optional[float] = Field(default=None, description="ln K, classifiers only.")
     constant: Optional[float] = Field(default=None, description="Loss of the best constant prediction.")
-    floor: Optional[float] = Field(default=None, description="The least this loss can score (0 where its value "
-                                                              "on a perfect prediction is ~0), else unknown.")
+    floor: Optional[float] = Field(default=None, description="The least this loss can score: its value on a "
+                                                              "perfect prediction, capped at 0; else unknown.")
 
     def below_floor(self, loss: Optional[float]) -> bool:
         """`loss` lies under the floor by more than rounding (a thousandth of the learned-nothing loss)."""
@@ -99,18 +99,18 @@ def _measure(session: Any) -> LossLevels:
         prior = class_prior(session.batches, k)
         constant = None if prior is None else constant_loss(setup, batches, prior.log())
         return LossLevels(kind="classification", num_classes=k, chance=math.log(k), constant=constant,
-                          floor=_floor(constant, perfect_loss(setup, batches, _margin_on_the_label)))
+                          floor=_floor(constant, loss_with_output(setup, batches, _margin_on_the_label)))
     mean = target_mean(session.batches, output)
     if mean is None:
         return LossLevels(kind="unknown")
     if binary_targets(session.batches, output):
         constant = best_constant_loss(setup, batches, binary_constants(mean))
-        perfect = [perfect_loss(setup, batches, make) for make in (_the_target, _target_logit)]
+        perfect = [loss_with_output(setup, batches, make) for make in (_the_target, _target_logit)]
         return LossLevels(kind="binary", constant=constant,
                           floor=_floor(constant, min((v for v in perfect if v is not None), default=None)))
     constant = constant_loss(setup, batches, mean)
     return LossLevels(kind="regression", constant=constant,
-                      floor=_floor(constant, perfect_loss(setup, batches, _the_target)))
+                      floor=_floor(constant, loss_with_output(setup, batches, _the_target)))
 
 
 PERFECT_MARGIN = 30.0  # logits: the true class 30 above the rest, a probability within 1e-13 of 1
@@ -141,15 +141,13 @@ def _target_logit(output: torch.Tensor, batch: Any) -> Optional[torch.Tensor]:
     return (target * 2 - 1) * PERFECT_MARGIN if target is not None else None
 
 
-def perfect_loss(setup: Any, batches: list[Any], perfect) -> Optional[float]:
-    """The run's loss when the model outputs `perfect(output, batch)` for each batch (None where it
-    cannot be built, or the loss refuses it)."""
+def loss_with_output(setup: Any, batches: list[Any], swap) -> Optional[float]:
+    """The run's mean loss over `batches` when the model's output is replaced by `swap(output, batch)`
+    (None where it cannot be built, or the loss refuses it: shape or range)."""
     values = []
     for batch in batches:
         def replace(module, inputs, output, batch=batch):
-            if not isinstance(output, torch.Tensor):
-                raise _Stop
-            swapped = perfect(output, batch)
+            swapped = swap(output, batch) if isinstance(output, torch.Tensor) else None
             if swapped is None:
                 raise _Stop
             return swapped.to(output.device)
@@ -159,7 +157,7 @@ def perfect_loss(setup: Any, batches: list[Any], perfect) -> Optional[float]:
         setup.model.eval()
         try:
             values.append(loss_value(setup.loss_fn(setup.model, batch)))
-        except Exception:  # no perfect prediction of this shape, or the loss refuses it
+        except Exception:  # no such output, or the loss refuses it
             return None
         finally:
             handle.remove()
@@ -253,21 +251,6 @@ def regression_target(batch: Any, numel: Optional[int]) -> Optional[torch.Tensor
 
 def constant_loss(setup: Any, batches: list[Any], constant: torch.Tensor) -> Optional[float]:
     """The run's loss when the model outputs `constant` (broadcast over its last dim) for every example."""
-    def replace(module, inputs, output):
-        if not isinstance(output, torch.Tensor):
-            return output
-        return constant.to(device=output.device, dtype=output.dtype).expand_as(output).clone()
-
-    handle = setup.model.register_forward_hook(replace)
-    was_training = setup.model.training
-    setup.model.eval()
-    try:
-        values = [loss_value(setup.loss_fn(setup.model, b)) for b in batches]
-    except Exception:  # the loss refuses such outputs (shape or range): no constant level
-        return None
-    finally:
-        handle.remove()
-        setup.model.train(was_training)
-    value = sum(values) / len(values)
-    return value if math.isfinite(value) else None
+    return loss_with_output(setup, batches, lambda output, batch: constant.to(
+        device=output.device, dtype=output.dtype).expand_as(output).clone())
 

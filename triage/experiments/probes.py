@@ -15,6 +15,7 @@ import torch
 
 from triage.contract import Setup
 from triage.batches import named_tensors
+from triage.data_guard import copy_batch
 from triage.experiments.training import autocast, loss_value
 
 # Torch's own default for ignored targets (F.cross_entropy, nn.NLLLoss): padding, not a class.
@@ -93,8 +94,6 @@ def loss_reads(setup: Setup, batch: Any, device: torch.device) -> list[str]:
     the batch says nothing (inputs, targets, input lengths, target lengths). Measured by recording the
     tensors every torch function gets while the loss runs; a view or `.long()` of a batch tensor counts
     as that tensor. Empty where the loss reads none (a model that computes its own loss)."""
-    from triage.data_guard import copy_batch
-
     batch = copy_batch(batch)  # the user's own loss_fn (unwrapped below) may change its batch in place
     loss_fn = inspect.unwrap(setup.loss_fn)  # the data guard's copy would read every tensor of the batch
     candidates = {name: t for name, t in named_tensors(batch) if _is_integer(t) and t.numel() > 0}

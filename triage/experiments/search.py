@@ -54,6 +54,9 @@ class InitSearchParams(Params):
     margin: float = Field(default=DEFAULT_MARGIN, gt=0, le=1)
     level_margin: float = Field(default=DEFAULT_LEVEL_MARGIN, gt=0, le=1)
     extend_to: int = Field(default=0, ge=0, le=100_000, description="As the replay's.")
+    init_of: Optional[str] = Field(
+        default=None, description="The init_loss node that measured whether setup()'s init is PyTorch's default "
+                                  "scheme (else measured here).", json_schema_extra={"node_runs": "init_loss"})
 
 
 def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
@@ -82,7 +85,7 @@ def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
     """Restarts from each alternative initialisation, each verified against the run's own init. PyTorch's
     default is left out where setup()'s init is that very scheme: it is the control redrawn, never a fix."""
     trials: list[tuple[str, ReplayOutcome]] = []
-    inits = [i for i in p.inits if not (i == "default" and _setup_init_is_default(ctx))]
+    inits = [i for i in p.inits if not (i == "default" and _setup_init_is_default(ctx, p.init_of))]
     for init in inits:
         ctx.restart()
         outcome = replay(ctx, ReplayParams(steps=p.steps, init=init, init_scale=p.init_scale,
@@ -94,9 +97,13 @@ def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
                          trials=[_trial(f"init={i}", o) for i, o in trials])
 
 
-def _setup_init_is_default(ctx: Context) -> bool:
+def _setup_init_is_default(ctx: Context, init_of: Optional[str]) -> bool:
+    """As the init_loss node `init_of` measured it, else measured here (two calls of setup())."""
     from triage.experiments.init_check import matrix_spreads, same_scheme
 
+    measured = getattr(ctx.outcomes.get(init_of), "setup_init_is_default", None) if init_of else None
+    if measured is not None:
+        return measured
     own = matrix_spreads(ctx.session.fresh_setup().model)
     return bool(same_scheme(own, matrix_spreads(ctx.session.fresh_setup(default_init=True).model)))
 
