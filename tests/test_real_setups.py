@@ -189,6 +189,44 @@ def test_the_floor_of_standard_losses_is_measured_as_zero():
 
 
 
+class _LossInside(nn.Module):
+    """A model that computes its own loss, as a Hugging Face model does: model(**batch) -> loss, logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, inputs, labels):
+        logits = self.head(torch.relu(self.body(inputs)))
+        return {"loss": nn.functional.cross_entropy(logits, labels, ignore_index=-100), "logits": logits}
+
+
+def test_the_learned_nothing_level_of_a_model_computing_its_own_loss_is_its_label_entropy():
+    """Issue 20: a LoRA fine-tune whose LR was too high ended at 2.37, above the loss of predicting its label
+    frequencies (2.48 measured, at 0.96 of it) yet under ln 16 (2.77), and was called healthy: where the model
+    computes its loss, the learned-nothing level was ln K. Now the constant is swapped in at the head."""
+    from tests._instrument_runs import session_of
+    from triage.experiments.levels import loss_levels
+
+    def skewed():
+        torch.manual_seed(0)
+        model = _LossInside()
+        labels = torch.tensor([0] * 90 + [1] * 6 + [2] * 3 + [-100] * 29)  # class 3 never seen
+        batches = [{"inputs": torch.randn(32, 8), "labels": labels[torch.randperm(128)[:32]]} for _ in range(4)]
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                            loss_fn=lambda model, batch: model(**batch)["loss"], batches=batches)
+
+    setup = skewed()
+    seen = torch.cat([b["labels"] for b in setup.batches])
+    counts = torch.bincount(seen[seen >= 0], minlength=4).double() + 1  # add-one, as the prior is smoothed
+    prior = counts / counts.sum()
+    entropy_of_the_labels = float(-(prior[seen[seen >= 0]].log()).mean())
+    levels = loss_levels(session_of(skewed))
+    assert levels.chance == pytest.approx(1.3863, abs=1e-3)
+    assert levels.constant == pytest.approx(entropy_of_the_labels, rel=0.05)
+    assert levels.nothing_learned < 0.7 * levels.chance
+
+
 def test_a_negative_loss_that_rises_is_not_a_run_that_trains():
     """Issue 20, situation 11: a policy-gradient surrogate (minus the mean reward) rising from -0.41 to
     -0.17 was `healthy`: the loss ratio was left undefined for negative losses."""

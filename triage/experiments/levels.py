@@ -30,7 +30,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from triage.batches import named_tensors
-from triage.experiments.probes import IGNORE_INDEX, class_targets, model_output
+from triage.experiments.probes import IGNORE_INDEX, class_targets, first_floating, model_output
 from triage.experiments.training import loss_value
 
 LevelKind = Literal["classification", "binary", "regression", "unknown"]
@@ -88,12 +88,16 @@ def _measure(session: Any) -> LossLevels:
     batches = session.batches[:PROBE_BATCHES]
     output = top_output(setup, batches[0])
     targets = class_targets(batches[0])
-    if output is None:  # a structured output (a Hugging Face ModelOutput, a dict): its logits give K only
+    if output is None:  # a structured output (a Hugging Face ModelOutput, a dict) whose loss the model computes
         logits = model_output(setup, batches[0], session.device)
         k = logits.shape[-1] if logits is not None and targets is not None else 0
-        if k >= 2:
-            return LossLevels(kind="classification", num_classes=k, chance=math.log(k))
-        return LossLevels(kind="unknown")
+        if k < 2:
+            return LossLevels(kind="unknown")
+        # The constant is swapped in where the logits are made (the head), so the model's own loss reads it.
+        head = logits_module(setup, batches[0])
+        prior = class_prior(session.batches, k) if head is not None else None
+        constant = None if prior is None else constant_loss(setup, batches, prior.log(), module=head)
+        return LossLevels(kind="classification", num_classes=k, chance=math.log(k), constant=constant)
     k = output.shape[-1] if output.dim() >= 2 else 0
     if targets is not None and k >= 2:
         prior = class_prior(session.batches, k)
@@ -141,9 +145,11 @@ def _target_logit(output: torch.Tensor, batch: Any) -> Optional[torch.Tensor]:
     return (target * 2 - 1) * PERFECT_MARGIN if target is not None else None
 
 
-def loss_with_output(setup: Any, batches: list[Any], swap) -> Optional[float]:
-    """The run's mean loss over `batches` when the model's output is replaced by `swap(output, batch)`
-    (None where it cannot be built, or the loss refuses it: shape or range)."""
+def loss_with_output(setup: Any, batches: list[Any], swap,
+                     module: Optional[torch.nn.Module] = None) -> Optional[float]:
+    """The run's mean loss over `batches` when the model's output (or `module`'s: the head of a model that
+    computes its loss itself) is replaced by `swap(output, batch)` (None where it cannot be built, or the
+    loss refuses it: shape or range)."""
     values = []
     for batch in batches:
         def replace(module, inputs, output, batch=batch):
@@ -152,7 +158,7 @@ def loss_with_output(setup: Any, batches: list[Any], swap) -> Optional[float]:
                 raise _Stop
             return swapped.to(output.device)
 
-        handle = setup.model.register_forward_hook(replace)
+        handle = (module or setup.model).register_forward_hook(replace)
         was_training = setup.model.training
         setup.model.eval()
         try:
@@ -249,8 +255,40 @@ def regression_target(batch: Any, numel: Optional[int]) -> Optional[torch.Tensor
     return target if numel is None or target.numel() == numel else None
 
 
-def constant_loss(setup: Any, batches: list[Any], constant: torch.Tensor) -> Optional[float]:
-    """The run's loss when the model outputs `constant` (broadcast over its last dim) for every example."""
+def constant_loss(setup: Any, batches: list[Any], constant: torch.Tensor,
+                  module: Optional[torch.nn.Module] = None) -> Optional[float]:
+    """The run's loss when the model (or `module`) outputs `constant` (broadcast over its last dim) for
+    every example."""
     return loss_with_output(setup, batches, lambda output, batch: constant.to(
-        device=output.device, dtype=output.dtype).expand_as(output).clone())
+        device=output.device, dtype=output.dtype).expand_as(output).clone(), module)
+
+
+def logits_module(setup: Any, batch: Any) -> Optional[torch.nn.Module]:
+    """The submodule whose output is the logits a structured model output carries (its head): the one
+    that returned that very tensor, else the last one called whose output has its shape. None if none."""
+    calls: list[tuple[torch.nn.Module, torch.Tensor]] = []
+
+    def hook(module, inputs, output):
+        if isinstance(output, torch.Tensor) and output.is_floating_point():
+            calls.append((module, output))
+
+    results: list[Any] = []
+    handles = [m.register_forward_hook(hook) for m in setup.model.modules() if m is not setup.model]
+    handles.append(setup.model.register_forward_hook(lambda module, inputs, output: results.append(output)))
+    was_training = setup.model.training
+    setup.model.eval()
+    try:
+        setup.loss_fn(setup.model, batch)
+    except Exception:
+        return None
+    finally:
+        for handle in handles:
+            handle.remove()
+        setup.model.train(was_training)
+    logits = first_floating(results[0]) if results else None
+    if logits is None:
+        return None
+    same = [m for m, out in calls if out is logits]
+    shaped = [m for m, out in calls if out.shape == logits.shape]
+    return (same or shaped or [None])[-1]
 
