@@ -72,6 +72,24 @@ def test_a_loop_with_no_optimizer_declares_its_lr_and_lr_candidates_reach_it():
     assert loop.optimizer_stepped and loop.manual_updates == 20 and not loop.grads_accumulate
 
 
+@pytest.mark.parametrize("lr, cause", [(1e-4, "lr_too_low"), (30.0, "lr_too_high")])
+def test_a_loop_with_no_optimizer_gets_its_lr_verdict_from_a_model_only_checkpoint(tmp_path, lr, cause):
+    """A hand-written update saves the model only (it has no optimizer state): triage restores that, hands
+    the step its LR times each candidate's factor, and the LR fault is found (issue 21's suite loops)."""
+    def factory():
+        torch.manual_seed(0)
+        return triage.Setup(model=mlp(), manual_lr=lr, train_step=manual_step_given_lr, loss_fn=cross_entropy,
+                            batches=digits())
+
+    setup = factory()
+    for i in range(20):
+        manual_step_given_lr(setup.model, lr, setup.batches[i % len(setup.batches)])
+    path = triage.save_checkpoint(tmp_path / "model_only.pt", setup.model, None, step=20)
+    assert "optimizer" not in torch.load(path, weights_only=True)
+    report, _ = triage.run(factory, path, out=tmp_path / "report")
+    assert (report.root_cause, report.confidence) == (cause, "high")
+
+
 def test_a_manual_loop_without_a_declared_lr_says_an_lr_candidate_cannot_reach_it():
     def factory():
         return triage.Setup(model=mlp(), train_step=manual_step_given_lr_or_fixed, loss_fn=cross_entropy,

@@ -239,7 +239,7 @@ def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> list[t
                 f"({type(target).__name__}), found a mismatch: {exc}. Build the same {name} "
                 "(type and parameter groups) the run saved."
             ) from exc
-    if checkpoint.optimizer_state is None and "optimizer" not in loaded:
+    if checkpoint.optimizer_state is None and "optimizer" not in loaded and not setup.manual_update:
         log.warning("checkpoint %s has no optimizer state: replays start with fresh moments", path)
     return notes
 

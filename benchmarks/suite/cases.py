@@ -185,7 +185,8 @@ class Case:
                         "step": history[-1]["step"], "history": history}, path)
             return path
         losses = train(setup, cfg.checkpoint_step).losses
-        return triage.save_checkpoint(path, setup.model, setup.optimizer, scheduler=setup.scheduler,
+        optimizer = None if setup.manual_update else setup.optimizer  # a hand-written update saves no state
+        return triage.save_checkpoint(path, setup.model, optimizer, scheduler=setup.scheduler,
                                       step=len(losses), history=list(losses))
 
 

@@ -181,11 +181,9 @@ def train_step_for(kind: Optional[str], loss_fn: Callable, cfg: Optional[RunConf
 # --- a run's own loop (the loops axis, issue 21): correct loops that are not the reference loop ---
 
 def _manual_sgd(loss_fn, cfg, extra):
-    """No optimizer object: a hand-written SGD update with clipping (PyTorch's word-language-model example).
-    Its LR is the config's, fixed in the step (not declared as `manual_lr`: the stock check's fix of an LR
-    fault rebuilds the config, which a checkpoint's optimizer state holding that LR would undo)."""
-    def manual_sgd(model, optimizer, batch):
-        lr = cfg.lr
+    """No optimizer object: a hand-written SGD update with clipping (PyTorch's word-language-model example),
+    declared as README says (`manual_lr`, no optimizer): the step is handed the LR of each step."""
+    def manual_sgd(model, lr, batch):
         model.zero_grad()
         loss = loss_fn(model, batch)
         loss.backward()
@@ -383,6 +381,8 @@ def build_setup(cfg: RunConfig, default_init: bool = False) -> triage.Setup:
     declared: dict = {}
     if cfg.train_step == "two_optimizers":
         declared["optimizers"], optimizer = {"body": optimizer, "head": extra["head_optimizer"]}, None
+    if cfg.train_step == "manual_sgd":  # no optimizer object: the update is the step's own
+        declared["manual_lr"], optimizer = cfg.lr, None
     if cfg.schedule is not None and cfg.schedule.per_epoch:
         declared.update(scheduler_interval="epoch", steps_per_epoch=len(train))
     return triage.Setup(

@@ -92,7 +92,9 @@ def train(setup: triage.Setup, steps: int, knobs: Knobs = Knobs(), val_every: in
                 group["lr"] = knobs.hold_peak_lr
         with _scaled_lr(optimizer, knobs.lr_scale):
             if use_own_step:
-                loss = float(setup.train_step(model, optimizer, batch))
+                # a loop with no optimizer object is handed its step's LR, as triage hands it
+                second = optimizer.param_groups[0]["lr"] if setup.manual_update else optimizer
+                loss = float(setup.train_step(model, second, batch))
             else:
                 loss = _reference_step(setup, batch, precision, clip)
         if scheduler is not None and knobs.hold_peak_lr is None:
@@ -175,7 +177,7 @@ def load_checkpoint(setup: triage.Setup, path, optimizer_too: bool = True) -> tr
     """Load a checkpoint written by `triage.save_checkpoint` into a fresh setup (weights only: no pickles)."""
     state = torch.load(path, weights_only=True)
     setup.model.load_state_dict(state["model"])
-    if optimizer_too:
+    if optimizer_too and "optimizer" in state:  # a loop with no optimizer object saved none
         setup.optimizer.load_state_dict(state["optimizer"])
         if setup.scheduler is not None and state.get("scheduler") is not None:
             setup.scheduler.load_state_dict(state["scheduler"])
