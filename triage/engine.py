@@ -98,11 +98,13 @@ class Walk:
 
     @property
     def confidence(self) -> Confidence:
-        """The leaf's stated confidence, capped by the measured confidence of the differential node
-        whose winner led here (a verdict cannot claim more than its differential showed)."""
+        """The leaf's stated confidence, capped by any branch on the path that says so (a symptom read near
+        its threshold) and by the measured confidence of the differential node whose winner led here (a
+        verdict cannot claim more than its differential showed)."""
         if self.leaf is None:
             return "low"
-        stated = self.leaf.confidence
+        stated = min([self.leaf.confidence] + [d.cap for d in self.decisions if d.cap is not None],
+                     key=CONFIDENCE_ORDER.index)
         for decision in reversed(self.decisions):
             if decision.confidence is not None and any(c.winner for c in decision.candidates):
                 return min(stated, decision.confidence, key=CONFIDENCE_ORDER.index)
@@ -367,7 +369,8 @@ def _decide(playbook: Playbook, node: str, read) -> Decision:
         figures.update({f"{n}.{name}": _figure(read(n, name)) for n, name in sorted(condition.refs)})
         if condition.evaluate(read, errors):
             return Decision(node=node, goto=target, when=condition.text, answer=spec.branches[i].answer,
-                            figures=figures, settled=_clauses(condition, read), errors=errors)
+                            figures=figures, settled=_clauses(condition, read), errors=errors,
+                            cap=spec.branches[i].confidence)
         settled += _clauses(condition, read)
     raise AssertionError("a validated run node always has an `otherwise` edge")
 

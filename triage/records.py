@@ -88,6 +88,9 @@ class Decision(BaseModel):
         default=None, description="At a differential node: high when the winner's fix works and every "
                                   "competitor of its tier did clearly worse, medium when one also works, "
                                   "low when no fix works.")
+    cap: Optional[Confidence] = Field(
+        default=None, description="At a decision: the most a verdict reached through the branch taken may claim "
+                                  "(the playbook's `confidence:` on it: a symptom read near its threshold).")
     errors: list[str] = Field(
         default_factory=list, description="Conditions that could not be evaluated here (an overflow, say): "
                                           "each made its figure unknown, and the walk went on.")

@@ -22,6 +22,7 @@ from triage.experiments.dead_units import find_dead_units, revive
 from triage.experiments.interventions import held_at_peak, swap_saturating, unfrozen, unsquashed
 from triage.experiments.levels import loss_levels
 from triage.experiments.own_step import Candidate, OwnStep
+from triage.experiments.pace import pace_vs_run
 from triage.experiments.schedule import RunSchedule
 from triage.experiments.training import (autocast, current_lr, grad_scaler, loss_value,
                                          param_vector_norm, reference_step, scale_weight_decay,
@@ -154,6 +155,10 @@ class ReplayOutcome(VerifiedFix):
                                   "(label entropy, target variance), else ln K.")
     level_ratio: Optional[float] = Field(
         default=None, description="loss_end / nothing_level: ~1 is a run that learned nothing.")
+    pace_vs_run: Optional[float] = Field(
+        default=None, description="The replay's loss fall per step over the run's average fall per step "
+                                  "before the checkpoint (from its logged start, or from the loss of learning "
+                                  "nothing): under 0.1 the run has stalled. Replays from the checkpoint only.")
     loss_floor: Optional[float] = Field(
         default=None, description="The least this loss can score (0 for cross-entropy, MSE, BCE, ...), where "
                                   "measured: its value on a perfect prediction.")
@@ -479,6 +484,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         nothing_level=nothing, loss_floor=levels.floor,
         below_floor=levels.below_floor(min(finite_losses) if finite_losses else None),
         level_ratio=end / nothing if end is not None and nothing and nothing > 0 and finite else None,
+        pace_vs_run=pace_vs_run(ctx.session, finite_losses, nothing) if finite and p.init == "checkpoint" else None,
         steps_run=len(t.losses), losses=t.losses, grad_norms=t.norms, lrs=t.lrs,
         val_steps=t.val_steps, val_losses=t.val_losses, skipped=skipped,
         finite=finite,

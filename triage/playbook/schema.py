@@ -25,6 +25,9 @@ class Branch(_Strict):
     goto: str = Field(description="The node to go to when it holds.")
     answer: Optional[str] = Field(default=None, description="The node's question answered in words when this "
                                                             "branch is taken, for the terminal and the report.")
+    confidence: Optional[Confidence] = Field(
+        default=None, description="The most a verdict reached through this branch may claim: a symptom read "
+                                  "near its threshold (medium) caps whatever the walk finds after it.")
 
     _answer_words = field_validator("answer", mode="before")(_words)
 

@@ -10,7 +10,7 @@ from triage.records import Decision, ExperimentRun
 from triage.history import HistoryPoint
 from triage.views import View
 
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.7"
 
 ReportStatus = Literal["complete", "incomplete", "interrupted"]
 

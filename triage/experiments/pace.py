@@ -1,0 +1,47 @@
+"""How fast a replay learns against how fast the run learned before its checkpoint (issue 26, item 5).
+
+A run is stalled when its replay learns at under a tenth of the run's own average pace: the loss it shed
+per step from where it started (or from the loss of learning nothing, if it started above it: falling
+from an absurd init to chance level is not learning) to the checkpoint. Both are counted in steps of this
+run, so the rule holds at every model size and on every machine; a 40-step replay that falls 7% on a run
+that fell 16% in 80 steps is still learning at its pace, not stalled.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from triage.experiments.training import start_end
+
+STALLED = 0.1  # replay pace under this share of the run's own: stalled
+CLEARLY_STALLED = 0.05  # and under this one, clear of the threshold: the verdict may say "high"
+MIN_HISTORY_STEPS = 10  # a logged curve shorter than this gives no pace
+
+
+def pace_vs_run(session: Any, losses: list[float], nothing: Optional[float]) -> Optional[float]:
+    """The replay's fall per step over the run's average fall per step before the checkpoint. None where
+    the run's pace is unknown (no step, no learned-nothing level and no logged curve) or it did not fall."""
+    start, end = start_end(losses)
+    run_fall = _run_fall_per_step(session, start, nothing)
+    span = len(losses) - max(1, len(losses) // 5)  # steps between the middles of start_end's two windows
+    if start is None or end is None or not run_fall or span < 1:
+        return None
+    return (start - end) / span / run_fall
+
+
+def _run_fall_per_step(session: Any, at_checkpoint: Optional[float], nothing: Optional[float]) -> Optional[float]:
+    checkpoint = getattr(session, "checkpoint", None)
+    step = getattr(checkpoint, "step", None)
+    if at_checkpoint is None or not step or step < 1:
+        return None
+    began, first_step = nothing, 0
+    logged = [(p.step, p.loss) for p in getattr(checkpoint, "history", []) or []
+              if p.loss is not None and math.isfinite(p.loss) and p.step < step]
+    if len(logged) >= 2 and step - logged[0][0] >= MIN_HISTORY_STEPS:
+        head, _ = start_end([loss for _, loss in logged])
+        began, first_step = (head if nothing is None else min(head, nothing)), logged[0][0]
+    if began is None or step <= first_step:
+        return None
+    fall = (began - at_checkpoint) / (step - first_step)
+    return fall if fall > 0 and math.isfinite(fall) else None
