@@ -39,7 +39,9 @@ MAX_REPORT_BYTES = 256 * 2**20  # `triage report` reads report.json whole: a rep
 # 1.6 adds the status `not_applicable` (an experiment that cannot run in this setup, its reason in `error`) and
 # `CandidateResult.status` (how a candidate's experiment ended), and `CheckpointInfo.step_source` (where the step
 # was read; optional).
-READABLE_VERSIONS = ("1.1", "1.2", "1.3", "1.4", "1.5", SCHEMA_VERSION)
+# 1.7 adds `fix_trial` (the proof's replay in values: settings before and after, from which step, the loss with the
+# fix and without; optional: a 1.6 report is drawn with it worked out from its experiments).
+READABLE_VERSIONS = ("1.1", "1.2", "1.3", "1.4", "1.5", "1.6", SCHEMA_VERSION)
 
 _TEMPLATES = Path(__file__).parent / "templates"
 
