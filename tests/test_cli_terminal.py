@@ -165,7 +165,7 @@ def test_the_verdict_gives_the_fix_in_values_measured_by_its_replay(lr_too_high,
     baseline = next(e for e in report["experiments"] if e["node"] == proof["params"]["against"])
     lr_before, lr_after = baseline["outcome"]["lrs"][0], proof["outcome"]["lrs"][0]
     step = report["checkpoint"]["step"]
-    assert tried.startswith(f"learning rate {lr_before:.4g} -> {lr_after:.4g}, tried from step {step} to step "
+    assert tried.startswith(f"learning rate {lr_before:.4g} → {lr_after:.4g}, tried from step {step} to step "
                             f"{step + proof['outcome']['steps_run']}:")
     assert f"loss {proof['outcome']['loss_end']:.4g} with the fix, {proof['outcome']['reference_end']:.4g} without" \
         in tried

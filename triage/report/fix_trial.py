@@ -31,8 +31,8 @@ class SettingChange(BaseModel):
     after: Value = Field(description="The value the fix's replay used.")
 
     def words(self) -> str:
-        """`learning rate 1 -> 0.1`: the setting, the run's value, the fix's."""
-        return f"{self.setting} {show(self.before)} -> {show(self.after)}"
+        """`learning rate 1 → 0.1`: the setting, the run's value, the fix's."""
+        return f"{self.setting} {show(self.before)} → {show(self.after)}"
 
 
 class FixTrial(BaseModel):

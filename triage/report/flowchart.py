@@ -15,7 +15,7 @@ from typing import Any, Optional
 import networkx as nx
 
 from triage.report.model import Report
-from triage.report.words import format_figure
+from triage.report import labels
 
 NODE_W = 184  # a walked node: room for its figures
 OTHER_W = 144  # a node the walk did not visit: its name only
@@ -145,8 +145,7 @@ def _boxes(report: Report, anchors: dict[str, str]) -> dict[str, Box]:
 def _figure_lines(node: str, figures: dict[str, Any], limit: int = 5) -> list[str]:
     lines = []
     for key, value in figures.items():
-        name = key[len(node) + 1:] if key.startswith(node + ".") else key
-        lines.append(_clip(f"{name} = {format_figure(value)}", 30))
+        lines.append(_clip(f"{labels.words(key, node)} = {labels.value(key, value)}", 30))
     if len(lines) > limit:
         lines = lines[:limit - 1] + [f"… {len(lines) - limit + 1} more"]
     return lines

@@ -13,7 +13,7 @@ from typing import Optional
 
 from triage.records import Decision
 from triage.report.model import Report
-from triage.report.words import figure_name, format_figure
+from triage.report import labels
 
 MAX_FIGURES = 4  # shown on a step where no branch held (every figure read decided); the rest counted
 
@@ -76,13 +76,14 @@ def _step(index: int, decision: Decision, nodes: dict, causes: dict[str, str]) -
     # Where no branch held, what made each condition fail (the first few), the rest on hover.
     shown = deciding_refs(decision) if decision.when is not None else \
         (decision.deciding or list(decision.figures))[:MAX_FIGURES]
-    figures = [(figure_name(k, decision.node), format_figure(decision.figures[k])) for k in shown
+    figures = [(labels.words(k, decision.node), labels.value(k, decision.figures[k])) for k in shown
                if k in decision.figures]
-    hidden = [f"{figure_name(k, decision.node)} = {format_figure(v)}" for k, v in decision.figures.items()
+    hidden = [f"{labels.words(k, decision.node)} = {labels.value(k, v)}" for k, v in decision.figures.items()
               if k not in shown]
     step = PathStep(index=index, node=decision.node, kind=node.kind if node else "run",
                     title=node.title if node else None, figures=figures, hidden=hidden,
-                    held=[c.text for c in decision.settled] if decision.when is not None else [],
+                    held=[labels.condition_words(c.text, decision.node) for c in decision.settled]
+                    if decision.when is not None else [],
                     condition=decision.when, goto=decision.goto,
                     errors=list(decision.errors))
     if decision.candidates:  # a differential: its figures are each candidate's verdict; say who won instead

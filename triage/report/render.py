@@ -24,6 +24,8 @@ from triage.errors import ReportError
 from triage.report import flowchart
 from triage.report.model import SCHEMA_VERSION, Report
 from triage.report.views import build_views, summary_views
+from triage.report.fix_trial import show as show_setting
+from triage.report.labels import condition_words
 from triage.report.words import describe_change, format_figure
 
 __all__ = ["format_figure", "neutralise_bidi", "read_report", "render_html", "render_markdown", "write_report"]
@@ -53,7 +55,7 @@ def _environment(autoescape: bool) -> jinja2.Environment:
         keep_trailing_newline=True, bytecode_cache=_compiled_templates(),
     )
     env.filters.update(fig=format_figure, change=describe_change, md=markdown_text, code=markdown_code,
-                       codeblock=markdown_block)
+                       codeblock=markdown_block, said=condition_words, setting=show_setting)
     return env
 
 
