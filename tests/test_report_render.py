@@ -321,7 +321,7 @@ def test_gradient_bars_mark_a_parameter_without_gradient():
 
 def test_the_walked_path_is_listed_with_its_questions_and_clauses_and_the_chart_folded(diverged, tmp_path):
     html = write_report(diverged, tmp_path)["html"].read_text()
-    walk_list = html[html.index('<ol class="walk">'):html.index("</ol>", html.index('<ol class="walk">'))]
+    walk_list = html[html.index('<ol class="walk">'):html.index('<details class="chart">')]
     # Every step, in the order walked, with its question; the held clauses as the engine recorded them.
     positions = [walk_list.index(f"<code>{d.node}</code>") for d in diverged.decisions]
     assert positions == sorted(positions)
@@ -334,5 +334,5 @@ def test_the_walked_path_is_listed_with_its_questions_and_clauses_and_the_chart_
     if any(d.candidates for d in diverged.decisions):
         assert 'href="#differential"' in walk_list
     # The whole flowchart is there, folded below the list; the list comes before the evidence.
-    assert html.index("</ol>", html.index('<ol class="walk">')) < html.index('<details class="chart">') \
+    assert html.index('<ol class="walk">') < html.index('<details class="chart">') \
         < html.index('<svg class="flowchart"') < html.index('id="evidence"')

@@ -35,6 +35,11 @@ class PathStep:
     measured: str = ""  # a node whose branches read no figure: what its experiment measured, in a line
     errors: list[str] = field(default_factory=list)
 
+    def quiet(self) -> bool:
+        """Found nothing: the branch taken was `otherwise`, and nothing won or failed here."""
+        return not self.held and not self.condition and self.winner is None and not self.errors \
+            and self.kind != "differential"
+
 
 @dataclass
 class PathEnd:
@@ -49,6 +54,18 @@ class PathView:
     steps: list[PathStep]
     end: Optional[PathEnd]
     nodes: int  # in the playbook
+
+    def blocks(self) -> list[tuple[bool, list[PathStep]]]:
+        """The steps in runs: (quiet, steps). A quiet run is two or more steps in a row that found nothing
+        (no branch held, no candidate won, nothing failed): the page folds it under one line."""
+        runs: list[tuple[bool, list[PathStep]]] = []
+        for step in self.steps:
+            quiet = step.quiet()
+            if runs and runs[-1][0] == quiet:
+                runs[-1][1].append(step)
+            else:
+                runs.append((quiet, [step]))
+        return [(quiet and len(steps) > 1, steps) for quiet, steps in runs]
 
 
 def path_view(report: Report, measured: dict[str, str]) -> PathView:
