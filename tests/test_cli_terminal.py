@@ -177,8 +177,8 @@ def test_the_verdict_gives_the_fix_in_values_measured_by_its_replay(lr_too_high,
 def test_progress_lines_answer_each_question_in_words_without_raw_dumps(lr_too_high):
     said = _said(lr_too_high)
     # the node that found the fault is marked, not checked like a passing one
-    assert "! baseline Does the run, replayed as it was, go wrong? yes: it diverges (max rise" in said
-    assert "✓ data Are there NaN or Inf values in the data snapshot? no (train nonfinite count 0)" in said
+    assert "! baseline Does the run, replayed as it was, go wrong? yes: it diverges (largest rise of the loss" in said
+    assert "✓ data Are there NaN or Inf values in the data snapshot? no (non-finite values in the training batches 0)" in said
     assert "+ lower_lr A lower learning rate (x0.1 down to x1e-5): works" in said
     assert "⇒ divergence lower_lr works best (high confidence) → lr_too_high" in said
     assert "=" not in said.split("Fix:")[0]  # no field=value dumps
@@ -210,7 +210,7 @@ def test_a_loop_bug_verdict_names_the_bug_and_where_train_step_is(leaky, project
     assert "the gradients accumulate across steps" in fix
     assert _line(result, "Where") == f"terminal_entry.py:{line}"
     assert _line(result, "Evidence").startswith('measured at loop, no fix replayed: "no: its gradients '
-                                                'accumulate across steps" (has train step, grads accumulate)')
+                                                'accumulate across steps" (has train step, gradients accumulate)')
 
 
 def test_verbose_adds_the_raw_figures_and_the_branch_condition(leaky):
