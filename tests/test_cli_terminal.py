@@ -1,9 +1,11 @@
 """What a person sees in the terminal: start-up without torch, the zoo listed, the verdict's where
 and proof, the decision path in words (raw figures behind --verbose), near names for a mistyped entry."""
 
+import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -132,7 +134,7 @@ def _said(result) -> str:
 
 def _line(result, label: str) -> str:
     """The verdict line that starts with `label:`, wrapping undone."""
-    return re.search(rf"{label}:\s+(.*?)(?= (Fix|Where|Proof|Evidence|Report):|$)", _said(result)).group(1)
+    return re.search(rf"{label}:\s+(.*?)(?= (Fix|Tried|Where|Proof|Evidence|Report):|$)", _said(result)).group(1)
 
 
 @pytest.fixture(scope="module")
@@ -154,11 +156,29 @@ def test_the_verdict_says_where_and_gives_the_proof_before_and_after(lr_too_high
     assert after < 0.5 * before
 
 
+def test_the_verdict_gives_the_fix_in_values_measured_by_its_replay(lr_too_high, tmp_path_factory):
+    """The LR the run had and the one that trained, the step it was tried from, the loss with and without:
+    each the figure the proof's replay measured (report.json), not a template's words."""
+    tried = _line(lr_too_high, "Tried")
+    report = json.loads((Path(_line(lr_too_high, "Report")).parent / "report.json").read_text())
+    proof = next(e for e in report["experiments"] if e["node"] == report["proof"])
+    baseline = next(e for e in report["experiments"] if e["node"] == proof["params"]["against"])
+    lr_before, lr_after = baseline["outcome"]["lrs"][0], proof["outcome"]["lrs"][0]
+    step = report["checkpoint"]["step"]
+    assert tried.startswith(f"learning rate {lr_before:.4g} → {lr_after:.4g}, tried from step {step} to step "
+                            f"{step + proof['outcome']['steps_run']}:")
+    assert f"loss {proof['outcome']['loss_end']:.4g} with the fix, {proof['outcome']['reference_end']:.4g} without" \
+        in tried
+    trial = report["fix_trial"]  # the same values, typed, in report.json
+    assert trial["changes"] == [{"setting": "learning rate", "key": "lr", "before": lr_before, "after": lr_after}]
+    assert trial["from_step"] == step and trial["loss_with_fix"] == proof["outcome"]["loss_end"]
+
+
 def test_progress_lines_answer_each_question_in_words_without_raw_dumps(lr_too_high):
     said = _said(lr_too_high)
     # the node that found the fault is marked, not checked like a passing one
-    assert "! baseline Does the run, replayed as it was, go wrong? yes: it diverges (max rise" in said
-    assert "✓ data Are there NaN or Inf values in the data snapshot? no (train nonfinite count 0)" in said
+    assert "! baseline Does the run, replayed as it was, go wrong? yes: it diverges (largest rise of the loss" in said
+    assert "✓ data Are there NaN or Inf values in the data snapshot? no (non-finite values in the training batches 0)" in said
     assert "+ lower_lr A lower learning rate (x0.1 down to x1e-5): works" in said
     assert "⇒ divergence lower_lr works best (high confidence) → lr_too_high" in said
     assert "=" not in said.split("Fix:")[0]  # no field=value dumps
@@ -190,7 +210,7 @@ def test_a_loop_bug_verdict_names_the_bug_and_where_train_step_is(leaky, project
     assert "the gradients accumulate across steps" in fix
     assert _line(result, "Where") == f"terminal_entry.py:{line}"
     assert _line(result, "Evidence").startswith('measured at loop, no fix replayed: "no: its gradients '
-                                                'accumulate across steps" (has train step, grads accumulate)')
+                                                'accumulate across steps" (has train step, gradients accumulate)')
 
 
 def test_verbose_adds_the_raw_figures_and_the_branch_condition(leaky):

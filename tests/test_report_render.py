@@ -23,6 +23,7 @@ from triage.records import Clause, Decision, ExperimentRun
 from triage.report import Report, read_report, write_report
 from triage.report import flowchart, plots
 from triage.report.build import build_report
+from triage.report.labels import condition_words
 from triage.report.model import (SCHEMA_VERSION, CheckpointInfo, Environment, FindingRecord, Flowchart, GraphEdge,
                                  GraphNode,
                                  Location)
@@ -224,7 +225,7 @@ def test_html_survives_outcomes_missing_keys_or_odd_shapes(tmp_path):
 def test_key_figures_name_the_clause_the_engine_found_held():
     report = crafted_report(name="n")
     # `n0.max_rise > 1.0 or n0.finite` held through `finite` alone (max_rise was 0.5).
-    assert key_figures(report) == [("n0.finite", "true")]
+    assert key_figures(report) == [("stayed finite (n0)", "true")]
 
 
 def test_key_figures_come_from_the_engine_not_from_rounded_figures():
@@ -235,7 +236,7 @@ def test_key_figures_come_from_the_engine_not_from_rounded_figures():
                         figures={"n0.max_rise": 1.0, "n0.finite": False},
                         settled=[Clause(text="n0.max_rise > 1.0", refs=["n0.max_rise"])])
     report = report.model_copy(update={"decisions": [decision, *report.decisions[1:]]})
-    assert key_figures(report) == [("n0.max_rise", "1")]
+    assert key_figures(report) == [("largest rise of the loss (n0)", "1 × start loss")]
 
 
 # --- escaping and self-containment --------------------------------------------------------------
@@ -320,7 +321,7 @@ def test_gradient_bars_mark_a_parameter_without_gradient():
 
 def test_the_walked_path_is_listed_with_its_questions_and_clauses_and_the_chart_folded(diverged, tmp_path):
     html = write_report(diverged, tmp_path)["html"].read_text()
-    walk_list = html[html.index('<ol class="walk">'):html.index("</ol>", html.index('<ol class="walk">'))]
+    walk_list = html[html.index('<ol class="walk">'):html.index('<details class="chart">')]
     # Every step, in the order walked, with its question; the held clauses as the engine recorded them.
     positions = [walk_list.index(f"<code>{d.node}</code>") for d in diverged.decisions]
     assert positions == sorted(positions)
@@ -329,9 +330,9 @@ def test_the_walked_path_is_listed_with_its_questions_and_clauses_and_the_chart_
         if titles.get(decision.node):
             assert escape(titles[decision.node]) in walk_list
         for clause in decision.settled if decision.when is not None else []:  # otherwise: none held
-            assert f"<code>{escape(clause.text)}</code>" in walk_list
+            assert f"<code>{escape(condition_words(clause.text, decision.node))}</code>" in walk_list
     if any(d.candidates for d in diverged.decisions):
         assert 'href="#differential"' in walk_list
     # The whole flowchart is there, folded below the list; the list comes before the evidence.
-    assert html.index("</ol>", html.index('<ol class="walk">')) < html.index('<details class="chart">') \
+    assert html.index('<ol class="walk">') < html.index('<details class="chart">') \
         < html.index('<svg class="flowchart"') < html.index('id="evidence"')

@@ -112,7 +112,7 @@ def test_a_third_party_experiment_gets_the_views_it_declares(widget_report, tmp_
     # Its `outliers`, `losses` and `current_lr` are figures, not the built-in batch bars, loss curve
     # or LR range plot that chose by those names.
     assert "snapshot batch" not in article and "Loss per step" not in article and "LR range" not in article
-    assert "current_lr" in article
+    assert "current LR" in article  # in words, from the one table of labels (report/labels.py)
     # report.json carries the declarations: reading it back gives the same page.
     assert json.loads(files["json"].read_text())["views"]["widget_probe"][0]["field"] == "temperature"
     again = write_report(read_report(files["json"]), tmp_path / "again")

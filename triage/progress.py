@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeE
 from rich.text import Text
 
 from triage.records import Decision, ExperimentRun
+from triage.report import labels
 from triage.report.words import format_figure
 
 _FAILED = {"error": "[red]✗ error[/]", "oom": "[red]✗ out of memory[/]", "timeout": "[yellow]⏱ cut by --max-minutes[/]",
@@ -47,11 +48,10 @@ def figure_words(decision: Decision, node: Optional[str] = None, limit: Optional
 
 def _words(key: str, value: Any, node: Optional[str]) -> str:
     """"loss ratio 1.448"; a flag is its name when true ("grads accumulate"), "finite: no" when false."""
-    owner, _, name = key.partition(".")
-    name = name.replace("_", " ") if owner == node else f"{owner} {name.replace('_', ' ')}"
+    name = labels.words(key, node)  # the one table of labels report.html and summary.md use
     if isinstance(value, bool):
         return name if value else f"{name}: no"
-    return f"{name} {figure(value)}"
+    return f"{name} {figure(value) if value is None else labels.value(key, value)}"
 
 
 def answer_line(decision: Decision) -> str:

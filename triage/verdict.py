@@ -7,15 +7,19 @@ from typing import Any, Optional
 
 from triage.disagreements import FINDING_ID as DISAGREEMENT
 from triage.progress import figure, figure_words
+from triage.report.fix_trial import tried
 from triage.report.model import Report
 
 _NOT_LOCATED = "not narrowed to a module, batch or parameter"
 
 
 def verdict_lines(report: Report) -> list[tuple[str, str]]:
-    """(label, text) pairs, one line each: Fix, Where, and Proof (the fix's own experiment) or, where no fix
+    """(label, text) pairs, one line each: Fix, Tried (the fix's values: each setting before -> after, from
+    which step, the loss with it and without), Where, and Proof (the fix's own experiment) or, where no fix
     was replayed (a data or loop check, a located op, a healthy run), Evidence."""
-    lines = [("Fix", report.fix), ("Where", where(report)),
+    trial = tried(report)
+    lines = [("Fix", report.fix)] + ([("Tried", trial.sentence())] if trial and trial.changes else [])
+    lines += [("Where", where(report)),
              ("Proof" if report.experiment(report.proof or "") else "Evidence", proof(report))]
     return lines + [("Note", f.text) for f in report.findings if f.id == DISAGREEMENT]
 

@@ -17,6 +17,7 @@ from triage.distributed.describe import distributed_info
 from triage.engine import Walk
 from triage.playbook import Playbook, parse_condition
 from triage.playbook.schema import DecisionNode, DifferentialNode, LeafNode
+from triage.report.fix_trial import tried
 from triage.report.model import (CheckpointInfo, Environment, FindingRecord, Flowchart, GraphCandidate,
                                  GraphEdge, GraphNode, Location, Report)
 from triage.session import Session
@@ -29,7 +30,7 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
     from triage import __version__
 
     leaf: LeafNode = walk.leaf if walk.leaf is not None else _unfinished(walk)
-    return Report(
+    report = Report(
         status=walk.status,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         root_cause=leaf.diagnosis,
@@ -63,6 +64,8 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         stopped=walk.stopped,
         cut=walk.cut,
     )
+    return report.model_copy(update={"fix_trial": tried(report)})
+
 
 
 def _views(playbook: Playbook, walk: Walk) -> dict[str, list]:

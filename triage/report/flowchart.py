@@ -15,7 +15,7 @@ from typing import Any, Optional
 import networkx as nx
 
 from triage.report.model import Report
-from triage.report.words import format_figure
+from triage.report import labels
 
 NODE_W = 184  # a walked node: room for its figures
 OTHER_W = 144  # a node the walk did not visit: its name only
@@ -48,12 +48,12 @@ class Box:
     h: float = RUN_H
 
     @property
-    def shown_id(self) -> str:
-        return _clip(self.id, int((self.w - 20) / (6.4 if self.kind == "leaf" else 7.2)))
+    def shown_id(self) -> str:  # whole: the box is as wide as it needs (_fitted_width)
+        return self.id
 
     @property
     def shown_label(self) -> str:
-        return _clip(self.label, int((self.w - 20) / 6.4))
+        return self.label
 
     @property
     def left(self) -> float:
@@ -137,19 +137,28 @@ def _boxes(report: Report, anchors: dict[str, str]) -> dict[str, Box]:
                   reached=walked and node.kind == "leaf", step=position.get(node.id),
                   anchor=anchors.get(node.id), figures=_figure_lines(node.id, figures.get(node.id, {})))
         box.h = (LEAF_H if node.kind == "leaf" else RUN_H) + FIGURE_LINE * len(box.figures)
-        box.w = NODE_W if walked else LEAF_W if node.kind == "leaf" else OTHER_W
+        box.w = _fitted_width(box, NODE_W if walked else LEAF_W if node.kind == "leaf" else OTHER_W)
         boxes[node.id] = box
     return boxes
 
 
+def _fitted_width(box: Box, least: float) -> float:
+    """Wide enough for every line of the box whole (px per character of each line's font): no label is cut."""
+    id_px = 6.4 if box.kind == "leaf" else 7.2
+    return max(least, 24 + len(box.id) * id_px, 24 + len(box.label) * 6.4,
+               *(24 + len(line) * FIGURE_PX for line in box.figures))
+
+
+FIGURE_PX = 6.4  # a character of a figure line (monospace, 10.5 px)
+FIGURE_CHARS = 36  # a figure line wraps past this
+
+
 def _figure_lines(node: str, figures: dict[str, Any], limit: int = 5) -> list[str]:
-    lines = []
-    for key, value in figures.items():
-        name = key[len(node) + 1:] if key.startswith(node + ".") else key
-        lines.append(_clip(f"{name} = {format_figure(value)}", 30))
-    if len(lines) > limit:
-        lines = lines[:limit - 1] + [f"… {len(lines) - limit + 1} more"]
-    return lines
+    entries = [f"{labels.words(key, node)} = {labels.value(key, value)}" for key, value in figures.items()]
+    if len(entries) > limit:
+        entries = entries[:limit - 1] + [f"… {len(entries) - limit + 1} more"]
+    return [line for entry in entries
+            for line in textwrap.wrap(entry, FIGURE_CHARS, subsequent_indent="  ", break_on_hyphens=False) or [entry]]
 
 
 def _layers(graph: nx.DiGraph, entry: Optional[str]) -> list[list[str]]:
@@ -281,9 +290,6 @@ def _draw_edge(edge: Edge, chain: list[str], boxes: dict[str, Box]) -> None:
 
 
 def _wrap(text: str) -> list[str]:
-    lines = textwrap.wrap(text, LABEL_CHARS, break_on_hyphens=False) or [text]
-    return lines[:2] + ([_clip(" ".join(lines[2:]), LABEL_CHARS)] if len(lines) > 2 else [])
+    """An edge's condition, whole, in lines of LABEL_CHARS at most (a word longer than that gets its own line)."""
+    return textwrap.wrap(text, LABEL_CHARS, break_on_hyphens=False, break_long_words=False) or [text]
 
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + "…"

@@ -7,6 +7,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from triage.records import Decision, ExperimentRun
+from triage.report.fix_trial import FixTrial
 from triage.history import HistoryPoint
 from triage.views import View
 
@@ -115,6 +116,9 @@ class Report(_Frozen):
     confidence: Literal["high", "medium", "low"]
     fix: str
     proof: Optional[str] = Field(default=None, description="Node id of the experiment that applied the fix.")
+    fix_trial: Optional[FixTrial] = Field(
+        default=None, description="The proof's replay in values: each setting before and after, the step it was "
+                                  "tried from, and the loss with the fix against without it (schema 1.7).")
     evidence: list[str] = Field(default_factory=list)
     location: Location
     findings: list[FindingRecord] = Field(default_factory=list)

@@ -13,7 +13,7 @@ from typing import Optional
 
 from triage.records import Decision
 from triage.report.model import Report
-from triage.report.words import figure_name, format_figure
+from triage.report import labels
 
 MAX_FIGURES = 4  # shown on a step where no branch held (every figure read decided); the rest counted
 
@@ -35,6 +35,11 @@ class PathStep:
     measured: str = ""  # a node whose branches read no figure: what its experiment measured, in a line
     errors: list[str] = field(default_factory=list)
 
+    def quiet(self) -> bool:
+        """Found nothing: the branch taken was `otherwise`, and nothing won or failed here."""
+        return not self.held and not self.condition and self.winner is None and not self.errors \
+            and self.kind != "differential"
+
 
 @dataclass
 class PathEnd:
@@ -49,6 +54,18 @@ class PathView:
     steps: list[PathStep]
     end: Optional[PathEnd]
     nodes: int  # in the playbook
+
+    def blocks(self) -> list[tuple[bool, list[PathStep]]]:
+        """The steps in runs: (quiet, steps). A quiet run is two or more steps in a row that found nothing
+        (no branch held, no candidate won, nothing failed): the page folds it under one line."""
+        runs: list[tuple[bool, list[PathStep]]] = []
+        for step in self.steps:
+            quiet = step.quiet()
+            if runs and runs[-1][0] == quiet:
+                runs[-1][1].append(step)
+            else:
+                runs.append((quiet, [step]))
+        return [(quiet and len(steps) > 1, steps) for quiet, steps in runs]
 
 
 def path_view(report: Report, measured: dict[str, str]) -> PathView:
@@ -76,13 +93,14 @@ def _step(index: int, decision: Decision, nodes: dict, causes: dict[str, str]) -
     # Where no branch held, what made each condition fail (the first few), the rest on hover.
     shown = deciding_refs(decision) if decision.when is not None else \
         (decision.deciding or list(decision.figures))[:MAX_FIGURES]
-    figures = [(figure_name(k, decision.node), format_figure(decision.figures[k])) for k in shown
+    figures = [(labels.words(k, decision.node), labels.value(k, decision.figures[k])) for k in shown
                if k in decision.figures]
-    hidden = [f"{figure_name(k, decision.node)} = {format_figure(v)}" for k, v in decision.figures.items()
+    hidden = [f"{labels.words(k, decision.node)} = {labels.value(k, v)}" for k, v in decision.figures.items()
               if k not in shown]
     step = PathStep(index=index, node=decision.node, kind=node.kind if node else "run",
                     title=node.title if node else None, figures=figures, hidden=hidden,
-                    held=[c.text for c in decision.settled] if decision.when is not None else [],
+                    held=[labels.condition_words(c.text, decision.node) for c in decision.settled]
+                    if decision.when is not None else [],
                     condition=decision.when, goto=decision.goto,
                     errors=list(decision.errors))
     if decision.candidates:  # a differential: its figures are each candidate's verdict; say who won instead

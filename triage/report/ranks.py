@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from triage.report import labels
 from triage.report.model import Report
 
 MAX_RANKS_SHOWN = 16  # columns; the rest are in report.json
@@ -60,7 +61,7 @@ def rank_section(report: Report) -> Optional[RankSection]:
                                  f"({outcome.get('first_moment')}), worst {outcome.get('worst_parameter')}"
                                  + (f"; ranks apart: {apart}" if apart else "") + ".")
         for name, values in run.per_rank.items():
-            section.rows.append(RankRow(run.node, name, values[:shown]))
+            section.rows.append(RankRow(run.node, labels.words(name), values[:shown]))
     if report.stopped:
         section.notes.insert(0, f"The walk stopped: {report.stopped}.")
     return section

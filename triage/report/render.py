@@ -24,6 +24,8 @@ from triage.errors import ReportError
 from triage.report import flowchart
 from triage.report.model import SCHEMA_VERSION, Report
 from triage.report.views import build_views, summary_views
+from triage.report.fix_trial import show as show_setting
+from triage.report.labels import condition_words
 from triage.report.words import describe_change, format_figure
 
 __all__ = ["format_figure", "neutralise_bidi", "read_report", "render_html", "render_markdown", "write_report"]
@@ -39,7 +41,9 @@ MAX_REPORT_BYTES = 256 * 2**20  # `triage report` reads report.json whole: a rep
 # 1.6 adds the status `not_applicable` (an experiment that cannot run in this setup, its reason in `error`) and
 # `CandidateResult.status` (how a candidate's experiment ended), and `CheckpointInfo.step_source` (where the step
 # was read; optional).
-READABLE_VERSIONS = ("1.1", "1.2", "1.3", "1.4", "1.5", SCHEMA_VERSION)
+# 1.7 adds `fix_trial` (the proof's replay in values: settings before and after, from which step, the loss with the
+# fix and without; optional: a 1.6 report is drawn with it worked out from its experiments).
+READABLE_VERSIONS = ("1.1", "1.2", "1.3", "1.4", "1.5", "1.6", SCHEMA_VERSION)
 
 _TEMPLATES = Path(__file__).parent / "templates"
 
@@ -51,7 +55,7 @@ def _environment(autoescape: bool) -> jinja2.Environment:
         keep_trailing_newline=True, bytecode_cache=_compiled_templates(),
     )
     env.filters.update(fig=format_figure, change=describe_change, md=markdown_text, code=markdown_code,
-                       codeblock=markdown_block)
+                       codeblock=markdown_block, said=condition_words, setting=show_setting)
     return env
 
 

@@ -20,6 +20,9 @@ from triage.report.differential import DifferentialView, differential_views
 from triage.report.model import Report
 from triage.report.path import PathView, deciding_refs, path_view
 from triage.report.ranks import RankSection, rank_section
+from triage.report import labels
+from triage.report.fix_trial import FixTrial, tried
+from triage.report.kind import HEADINGS, verdict_kind
 from triage.report.words import describe_change, format_figure
 from triage.views import Bars, Curve, SourceExcerpt, Table as TableView, View
 
@@ -69,7 +72,7 @@ class ExperimentView:
     compared: bool  # other runs of this experiment are compared with this one
     changes: list[str]
     measured: str
-    figures: list[tuple[str, str, bool]]  # name, value, read by a decision
+    figures: list[tuple[str, str, bool, str]]  # words, value with its unit, read by a decision, meaning
     plots: list[Plot]
     excerpts: list[Excerpt]
     tables: list[Table]
@@ -104,6 +107,9 @@ class Views:
     titles: dict[str, Optional[str]] = field(default_factory=dict)
     differentials: list[DifferentialView] = field(default_factory=list)
     ranks: Optional[RankSection] = None  # a distributed run: where the ranks differed
+    kind: str = "verified"  # how the verdict looks (report/kind.py)
+    headings: tuple[str, str] = ("Root cause", "Fix")  # what the verdict and its fix box are called
+    fix_trial: Optional[FixTrial] = None  # the proof's replay in values
 
 
 def build_views(report: Report) -> Views:
@@ -125,7 +131,8 @@ def build_views(report: Report) -> Views:
             compared=any(references[o.node].node == run.node for o in report.experiments if o.node != run.node),
             changes=changes(report, run, reference),
             measured=measured(report, run, _own_figures(decisions.get(run.node), run.node)),
-            figures=[(k, format_figure(v), (run.node, k) in read) for k, v in scalars(run.outcome, shown)],
+            figures=[(labels.words(k), labels.value(k, v), (run.node, k) in read, labels.meaning(k))
+                     for k, v in scalars(run.outcome, shown)],
             plots=[d for d in drawn if isinstance(d, Plot)],
             excerpts=[d for d in drawn if isinstance(d, Excerpt)],
             tables=[d for d in drawn if isinstance(d, Table)] + record_tables(run.outcome, shown),
@@ -143,6 +150,7 @@ def build_views(report: Report) -> Views:
         titles=titles,
         differentials=differential_views(report, lambda run: headline_values(report, run)),
         ranks=rank_section(report),
+        kind=verdict_kind(report), headings=HEADINGS[verdict_kind(report)], fix_trial=tried(report),
     )
 
 
@@ -250,15 +258,15 @@ def _table(view: TableView, outcome: dict[str, Any], limit: Optional[int] = None
     first = _list(outcome, view.fields[0])
     if len(view.fields) == 1 and first and all(isinstance(row, dict) for row in first):
         columns = list(view.columns or dict.fromkeys(c for row in first for c in row))
-        rows = [[format_figure(row.get(c)) for c in columns] for row in first[:limit]]
-        return Table(view.title, columns, rows, max(0, len(first) - limit), view.caption)
+        rows = [[labels.value(c, row.get(c)) for c in columns] for row in first[:limit]]
+        return Table(view.title, [labels.words(c) for c in columns], rows, max(0, len(first) - limit), view.caption)
     lists = [_list(outcome, f) for f in view.fields]
     count = max((len(values) for values in lists), default=0)
     if not count:
         return None
     rows = [[str(i)] + [format_figure(values[i]) if i < len(values) else "" for values in lists]
             for i in range(min(count, limit))]
-    return Table(view.title, ["#", *view.fields], rows, max(0, count - limit), view.caption)
+    return Table(view.title, ["#", *map(labels.words, view.fields)], rows, max(0, count - limit), view.caption)
 
 
 def _list(outcome: dict[str, Any], name: Optional[str]) -> list[Any]:
@@ -284,7 +292,7 @@ def record_tables(outcome: Optional[dict[str, Any]], shown: set[str] = frozenset
     """Lists of records no view shows (e.g. the tensors holding NaN), as tables."""
     return [table for key, value in (outcome or {}).items()
             if key not in shown and isinstance(value, list) and value and all(isinstance(v, dict) for v in value)
-            and (table := _table(TableView(title=key, fields=(key,)), outcome, limit))]
+            and (table := _table(TableView(title=labels.words(key), fields=(key,)), outcome, limit))]
 
 
 # --- the headline: a run in one line, and the plots that put runs side by side ---------------------
@@ -320,10 +328,10 @@ def measured(report: Report, run: ExperimentRun, read: Optional[dict[str, Any]] 
                          f"{format_figure(plots.number(end))}")
         return ", ".join(parts)
     if read:
-        shown = [f"{k.split('.', 1)[-1].replace('_', ' ')} {format_figure(v)}" for k, v in read.items()]
+        shown = [labels.shown(k.split(".", 1)[-1], v) for k, v in read.items()]
         return ", ".join(shown[:4]) + (f" (+{len(shown) - 4} more)" if len(shown) > 4 else "")
     single = [(k, v) for k, v in scalars(outcome) if not isinstance(v, list)]
-    return ", ".join(f"{k.replace('_', ' ')} {format_figure(v)}" for k, v in single[:3]) or "nothing measured"
+    return ", ".join(labels.shown(k, v) for k, v in single[:3]) or "nothing measured"
 
 
 def changes(report: Report, run: ExperimentRun, reference: Optional[ExperimentRun]) -> list[str]:
@@ -388,7 +396,7 @@ def _proof_table(report: Report, proof: Optional[ExperimentRun],
                       if key.split(".", 1)[0] in (proof.node, reference.node) and "." in key]
     names = list(dict.fromkeys(names))
     a, b = reference.outcome or {}, proof.outcome or {}
-    rows = [(n, format_figure(a.get(n)), format_figure(b.get(n))) for n in names if n in a or n in b]
+    rows = [(labels.words(n), labels.value(n, a.get(n)), labels.value(n, b.get(n))) for n in names if n in a or n in b]
     rows.sort(key=lambda row: row[1] == row[2])  # what the fix changed first; a figure both share after it
     view = headline(report, proof)
     if view and view.start and view.end and (view.start in a or view.start in b):
@@ -468,7 +476,7 @@ def key_figures(report: Report, limit: int = 5) -> list[tuple[str, str]]:
             continue
         for key in deciding_refs(decision):
             if key in decision.figures:
-                found.setdefault(key, format_figure(decision.figures[key]))
+                found.setdefault(labels.words(key), labels.value(key, decision.figures[key]))
     return list(found.items())[:limit]
 
 
@@ -485,6 +493,7 @@ def summary_views(report: Report) -> dict[str, Any]:
         "reference": reference if reference and proof and reference.node != proof.node else None,
         "proof_table": _proof_table(report, proof, reference),
         "key_figures": key_figures(report),
+        "kind": verdict_kind(report), "headings": HEADINGS[verdict_kind(report)], "fix_trial": tried(report),
         "location": _location(report),
         "measured": {run.node: measured(report, run, _own_figures(decisions.get(run.node), run.node))
                      for run in report.experiments},
