@@ -1,4 +1,4 @@
-"""The command line: `triage run`, `triage demo`, `triage report`.
+"""The command line: `triage run`, `triage demo`, `triage report`, `triage watch`, `triage read-history`.
 
 Exit codes: 0 when triage finished (whatever the verdict), 2 for bad usage or bad input, 3 when a distributed
 walk stopped because a rank raised or stopped responding (rank 0 still wrote the report).
@@ -176,6 +176,41 @@ def rerender(
         with carried.figures_from(report_json.parent / "report.html"):  # not drawn again if they pass
             files = write_report(report, out or report_json.parent)
     print(files["html"])
+
+
+@app.command()
+def watch(
+    folder: Path = typer.Argument(..., metavar="DIR", help="The folder the recorder writes captures to."),
+    entry: Optional[str] = typer.Option(None, "--entry", "-e", help="mymod:setup (default: the entry each capture's manifest names)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the reports, one sub-folder per capture (default: DIR/<capture>.report beside each)."),
+    then: Optional[str] = typer.Option(None, "--then", help="A shell command run after each triage, with TRIAGE_REPORT, TRIAGE_ROOT_CAUSE, TRIAGE_CONFIDENCE, ... in its environment."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads each triage may use (default: torch's own choice)."),
+    device: Optional[str] = typer.Option(None, "--device", help="The CUDA device each triage may see (an index such as 1), or cpu to hide them all."),
+    nice: int = typer.Option(10, "--nice", min=0, max=19, help="How much lower each triage's CPU priority is than the watcher's."),
+    interval: float = typer.Option(10.0, "--interval", min=0.05, help="Seconds between looks at DIR."),
+    once: bool = typer.Option(False, "--once", help="Triage the finished captures there now, then exit."),
+    only: Optional[str] = typer.Option(None, "--only", help="Only this capture folder (a name inside DIR)."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Steps per replay (default: the playbook's)."),
+    playbook: Optional[Path] = typer.Option(None, "--playbook", "-p", help="A playbook YAML (default: the shipped one)."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Triage each finished capture under DIR, one at a time, and write its report beside it.
+
+    A capture is finished when the recorder has written its manifest (last, atomically). Restarted, the
+    watcher never triages a capture twice and triages again the one it was stopped in (its state is in
+    .triage-watch/ beside the reports). Exit codes: 0 stopped or done (--once), 2 bad input.
+    """
+    from triage.watch.sidecar import Watcher, WatchOptions
+
+    with _user_errors(debug):
+        options = WatchOptions(root=folder, entry=entry, out=out, then=then, threads=threads, device=device,
+                               nice=nice, steps=steps, playbook=playbook, only=only)
+        try:
+            Watcher(options).run(once=once, interval=interval)
+        except KeyboardInterrupt:
+            console.print("[bold yellow]triage watch:[/] stopped; a capture in the middle of its triage is "
+                          "triaged again when the watcher restarts.", highlight=False)
+            raise typer.Exit(130)
 
 
 @app.command()
