@@ -90,13 +90,27 @@ def read_manifest(folder: Path) -> CaptureManifest:
         ) from None
 
 
-def load_batches(capture_dir: Path, trusted: bool = False) -> list[Any]:
+_triaged: Optional[Path] = None  # the capture this process is triaging (set before setup() is called)
+
+
+def triaging(folder: Path) -> None:
+    """Name the capture this process triages: `load_batches()` without a path then loads its batches."""
+    global _triaged
+    _triaged = Path(folder)
+
+
+def load_batches(capture_dir: Optional[Path] = None, trusted: bool = False) -> list[Any]:
     """The batches a capture saved, in the order the manifest lists them (those after the checkpoint
-    first). Use them as `Setup.batches` in a setup() that triages the capture.
+    first). Use them as `Setup.batches` in a setup() that triages the capture. Without `capture_dir`,
+    the capture being triaged (`triage run --checkpoint CAPTURE`, or the capture `triage watch` is on).
 
     Loaded with `torch.load(weights_only=True)`; `trusted=True` unpickles other objects (files you trust).
     """
-    folder = Path(capture_dir)
+    if capture_dir is None and _triaged is None:
+        raise CheckpointError("Expected load_batches() to be called while triage opens a capture (triage run "
+                              "--checkpoint CAPTURE, or triage watch), found none being opened. Pass the capture "
+                              "folder: triage.load_batches('captures/capture-...').")
+    folder = Path(capture_dir) if capture_dir is not None else _triaged
     manifest = read_manifest(folder)
     path = folder / BATCHES
     if not path.is_file():

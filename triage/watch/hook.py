@@ -62,17 +62,17 @@ def run_then(command: Optional[str], capture: Path, report_dir: Optional[Path], 
         done = subprocess.run(command, shell=True, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                               timeout=THEN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        log.error("triage watch: --then did not finish in %d s for %s; stopped it", THEN_TIMEOUT_S, capture.name)
+        log.error("--then did not finish in %d s for %s; stopped it", THEN_TIMEOUT_S, capture.name)
         return -1
     except OSError as exc:
-        log.error("triage watch: --then could not start for %s (%s)", capture.name, exc.strerror or exc)
+        log.error("--then could not start for %s (%s)", capture.name, exc.strerror or exc)
         return -1
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()[-5:]
-        log.error("triage watch: --then exited with status %d for %s (the report stays where it is)%s",
+        log.error("--then exited with status %d for %s (the report stays where it is)%s",
                   done.returncode, capture.name, "".join(f"\n    {line}" for line in tail))
     else:
-        log.warning("triage watch: --then ran for %s", capture.name)
+        log.warning("--then ran for %s", capture.name)
     return done.returncode
 
 

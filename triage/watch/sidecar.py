@@ -107,7 +107,7 @@ class Watcher:
         """Poll until stopped (or, with `once`, until what is there now is done). Returns the number of
         captures triaged."""
         where = f"; reports under {self.options.out}" if self.options.out else ""
-        log.warning("triage watch: watching %s for captures%s", self.options.root, where)
+        log.warning("watching %s for captures%s", self.options.root, where)
         count = 0
         while True:
             for capture in finished_captures(self.options.root, self.options.only):
@@ -130,12 +130,12 @@ class Watcher:
                 return 0
             if record is None or record.status == "running":
                 if record is not None and record.attempts >= MAX_ATTEMPTS:
-                    log.error("triage watch: %s: %d triages were started and none finished; giving up on it",
+                    log.error("%s: %d triages were started and none finished; giving up on it",
                               name, record.attempts)
                     self.state.update(name, status="failed", error=f"{record.attempts} triages started, none finished")
                     return 0
                 if record is not None:
-                    log.warning("triage watch: %s: a watcher stopped in the middle of its triage; triaging it again",
+                    log.warning("%s: a watcher stopped in the middle of its triage; triaging it again",
                                 name)
                 self._triage(capture)
             record = self.state.get(name)
@@ -159,13 +159,13 @@ class Watcher:
             return
         out.mkdir(parents=True, exist_ok=True)
         argv = self._argv(capture, entry, out)
-        log.warning("triage watch: triaging %s (%s at step %d) -> %s", name, manifest.trigger.kind, manifest.step, out)
+        log.warning("triaging %s (%s at step %d) -> %s", name, manifest.trigger.kind, manifest.step, out)
         started = time.monotonic()
         code = self._run_child(argv, out / "triage.log")
         report = _read_report(out)
         seconds = time.monotonic() - started
         if code in (0, EXIT_STOPPED) and report is not None:
-            log.warning("triage watch: %s: %s (%s confidence) in %.0f s; report: %s", name, report.get("root_cause"),
+            log.warning("%s: %s (%s confidence) in %.0f s; report: %s", name, report.get("root_cause"),
                         report.get("confidence"), seconds, out / "report.html")
             self.state.update(name, status="reported", root_cause=report.get("root_cause"),
                               confidence=report.get("confidence"))
@@ -173,7 +173,7 @@ class Watcher:
             self._failed(name, f"`triage run` exited with status {code} after {seconds:.0f} s; its log: {out / 'triage.log'}")
 
     def _failed(self, name: str, error: str) -> None:
-        log.error("triage watch: %s: %s", name, error)
+        log.error("%s: %s", name, error)
         self.state.update(name, status="failed", error=error)
 
     def _argv(self, capture: Path, entry: str, out: Path) -> list[str]:
