@@ -213,3 +213,20 @@ def test_the_capture_and_its_report_record_the_rank_and_world_size(tmp_path, mon
     report, files = triage.run(watch_run.setup, capture, out=tmp_path / "report", steps=10)
     assert (report.checkpoint.capture_rank, report.checkpoint.capture_world_size) == (0, 2)
     assert "Captured on rank 0 of 2" in files["md"].read_text()
+
+
+def test_the_lightning_callback_with_triage_on_capture_triages_its_own_capture(tmp_path):
+    pytest.importorskip("lightning", reason="the lightning extra is not installed")
+    then_log = tmp_path / "then.txt"
+    run = subprocess.run([sys.executable, "-m", "tests.watch_lightning", str(tmp_path), THEN], cwd=REPO,
+                         env=env(THEN_LOG=str(then_log)), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "captured " in run.stdout, run.stdout + run.stderr
+    assert "starts when this process exits" in run.stderr
+    # The training process has exited; its triage goes on in a process of its own.
+    received = wait_for(lambda: lines(then_log), "the detached triage's --then")
+    report_html, root_cause, _, _ = received[0].split("|")
+    capture = Path(run.stdout.split("captured ")[1].split(" at step")[0])
+    assert Path(report_html) == capture.parent / f"{capture.name}.report" / "report.html"
+    report = json.loads((Path(report_html).parent / "report.json").read_text())
+    assert (report["status"], report["root_cause"], root_cause) == ("complete", "lr_too_high", "lr_too_high")
+    assert state(capture.parent)[capture.name]["status"] == "done"
