@@ -213,6 +213,44 @@ def watch(
             raise typer.Exit(130)
 
 
+@app.command("read-history")
+def read_history(
+    file: Path = typer.Argument(..., metavar="FILE", help="A loss log: CSV (Lightning metrics.csv), JSONL, trainer_state.json or a TensorBoard log folder."),
+    loss_key: Optional[str] = typer.Option(None, "--loss", help="The training-loss column or tag, when not a usual name."),
+    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", "-c", help="For the verify command: the run's checkpoint or capture."),
+    entry: Optional[str] = typer.Option(None, "--entry", "-e", help="For the verify command: mymod:setup."),
+    as_json: bool = typer.Option(False, "--json", help="Print the reading as one JSON object."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """An unverified reading of a loss log alone: diverged, plateau, oscillating or healthy, and the step it
+    started. No experiment runs: it names a symptom, not a cause (`triage run` finds that, by experiment).
+
+    Exit codes, for a CI gate: 0 healthy, 1 a symptom was read, 2 bad input (no such file, no loss in it,
+    fewer than 10 points).
+    """
+    from triage.history import read_history_file
+    from triage.watch.reading import MIN_POINTS, read_curve
+
+    with _user_errors(debug):
+        points = read_history_file(file, loss_key)
+        reading = read_curve(points)
+        if reading is None:
+            found = sum(p.loss is not None for p in points)
+            raise TriageError(f"Expected at least {MIN_POINTS} training-loss points in '{file}' to read a curve, found "
+                              f"{found}. Pass a longer log (or name its loss with --loss).")
+    verify = shlex.join(["triage", "run", "--checkpoint", checkpoint or "CHECKPOINT", "--entry", entry or "mymod:setup",
+                         "--history", str(file)])
+    if as_json:
+        print(json.dumps({**reading.model_dump(mode="json"), "verified": False, "verify": verify}))
+    else:
+        where = f", from step {reading.started}" if reading.started is not None else ""
+        print(f"Unverified reading of {file} (the loss log alone; no experiment ran)")
+        print(f"Symptom: {reading.symptom}{where}: {reading.detail}.")
+        print(f"Verify:  {verify}")
+        print("A log shows what happened, not why: the experiments of `triage run` find the cause and test the fix.")
+    raise typer.Exit(0 if reading.symptom == "healthy" else 1)
+
+
 @app.command()
 def bench(
     names: Optional[list[str]] = typer.Argument(None, help="Zoo examples (default: all)."),
