@@ -230,3 +230,13 @@ def test_the_lightning_callback_with_triage_on_capture_triages_its_own_capture(t
     report = json.loads((Path(report_html).parent / "report.json").read_text())
     assert (report["status"], report["root_cause"], root_cause) == ("complete", "lr_too_high", "lr_too_high")
     assert state(capture.parent)[capture.name]["status"] == "done"
+
+
+def test_the_trainer_callback_refuses_the_setting_without_an_entry(tmp_path):
+    pytest.importorskip("transformers", reason="the transformers extra is not installed")
+    import triage
+    from triage.integrations.transformers import TriageCallback
+
+    with pytest.raises(triage.TriageError, match="Expected an entry for triage_on_capture"):
+        TriageCallback(dir=tmp_path, triage_on_capture=True)
+    assert TriageCallback(dir=tmp_path, triage_on_capture="mymod:make_trainer").triage_on_capture
