@@ -3,7 +3,7 @@ import triage
 
 def test_the_public_surface_is_small_and_importable():
     assert sorted(triage.__all__) == sorted([
-        "Setup", "run", "save_checkpoint", "Report", "Recorder", "RecorderSettings", "load_batches",
+        "Setup", "run", "save_checkpoint", "Report", "Recorder", "RecorderSettings", "AutoTriage", "load_batches",
         "TriageError", "EntryError", "SetupError", "CheckpointError", "PlaybookError", "ReportError",
         "Interrupted", "Experiment", "Params", "Outcome", "Context",
     ])

@@ -26,11 +26,12 @@ _HOMES = {
     "Context": "triage.experiments",
     "load_batches": "triage.flight.manifest",
     "Recorder": "triage.flight.recorder", "RecorderSettings": "triage.flight.recorder",
+    "AutoTriage": "triage.flight.autotriage",
     "Report": "triage.report",
 }
 
 __all__ = [
-    "Setup", "run", "save_checkpoint", "Report", "Recorder", "RecorderSettings", "load_batches",
+    "Setup", "run", "save_checkpoint", "Report", "Recorder", "RecorderSettings", "AutoTriage", "load_batches",
     "TriageError", "EntryError", "SetupError", "CheckpointError", "PlaybookError", "ReportError", "Interrupted",
     "Experiment", "Params", "Outcome", "Context",
 ]
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr_
     from triage.api import run
     from triage.capture import save_checkpoint
     from triage.contract import Setup
+    from triage.flight.autotriage import AutoTriage
     from triage.errors import (CheckpointError, EntryError, Interrupted, PlaybookError, ReportError, SetupError,
                                TriageError)
     from triage.experiments import Context, Experiment, Outcome, Params

@@ -1,4 +1,4 @@
-"""The command line: `triage run`, `triage demo`, `triage report`.
+"""The command line: `triage run`, `triage demo`, `triage report`, `triage watch`, `triage read-history`.
 
 Exit codes: 0 when triage finished (whatever the verdict), 2 for bad usage or bad input, 3 when a distributed
 walk stopped because a rank raised or stopped responding (rank 0 still wrote the report).
@@ -176,6 +176,79 @@ def rerender(
         with carried.figures_from(report_json.parent / "report.html"):  # not drawn again if they pass
             files = write_report(report, out or report_json.parent)
     print(files["html"])
+
+
+@app.command()
+def watch(
+    folder: Path = typer.Argument(..., metavar="DIR", help="The folder the recorder writes captures to."),
+    entry: Optional[str] = typer.Option(None, "--entry", "-e", help="mymod:setup (default: the entry each capture's manifest names)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the reports, one sub-folder per capture (default: DIR/<capture>.report beside each)."),
+    then: Optional[str] = typer.Option(None, "--then", help="A shell command run after each triage, with TRIAGE_REPORT, TRIAGE_ROOT_CAUSE, TRIAGE_CONFIDENCE, ... in its environment."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads each triage may use (default: torch's own choice)."),
+    device: Optional[str] = typer.Option(None, "--device", help="The CUDA device each triage may see (an index such as 1), or cpu to hide them all."),
+    nice: int = typer.Option(10, "--nice", min=0, max=19, help="How much lower each triage's CPU priority is than the watcher's."),
+    interval: float = typer.Option(10.0, "--interval", min=0.05, help="Seconds between looks at DIR."),
+    once: bool = typer.Option(False, "--once", help="Triage the finished captures there now, then exit."),
+    only: Optional[str] = typer.Option(None, "--only", help="Only this capture folder (a name inside DIR)."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Steps per replay (default: the playbook's)."),
+    playbook: Optional[Path] = typer.Option(None, "--playbook", "-p", help="A playbook YAML (default: the shipped one)."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Triage each finished capture under DIR, one at a time, and write its report beside it.
+
+    A capture is finished when the recorder has written its manifest (last, atomically). Restarted, the
+    watcher never triages a capture twice and triages again the one it was stopped in (its state is in
+    .triage-watch/ beside the reports). Exit codes: 0 stopped or done (--once), 2 bad input.
+    """
+    from triage.watch.sidecar import Watcher, WatchOptions
+
+    with _user_errors(debug):
+        options = WatchOptions(root=folder, entry=entry, out=out, then=then, threads=threads, device=device,
+                               nice=nice, steps=steps, playbook=playbook, only=only)
+        try:
+            Watcher(options).run(once=once, interval=interval)
+        except KeyboardInterrupt:
+            console.print("[bold yellow]triage watch:[/] stopped; a capture in the middle of its triage is "
+                          "triaged again when the watcher restarts.", highlight=False)
+            raise typer.Exit(130)
+
+
+@app.command("read-history")
+def read_history(
+    file: Path = typer.Argument(..., metavar="FILE", help="A loss log: CSV (Lightning metrics.csv), JSONL, trainer_state.json or a TensorBoard log folder."),
+    loss_key: Optional[str] = typer.Option(None, "--loss", help="The training-loss column or tag, when not a usual name."),
+    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", "-c", help="For the verify command: the run's checkpoint or capture."),
+    entry: Optional[str] = typer.Option(None, "--entry", "-e", help="For the verify command: mymod:setup."),
+    as_json: bool = typer.Option(False, "--json", help="Print the reading as one JSON object."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """An unverified reading of a loss log alone: diverged, plateau, oscillating or healthy, and the step it
+    started. No experiment runs: it names a symptom, not a cause (`triage run` finds that, by experiment).
+
+    Exit codes, for a CI gate: 0 healthy, 1 a symptom was read, 2 bad input (no such file, no loss in it,
+    fewer than 10 points).
+    """
+    from triage.history import read_history_file
+    from triage.watch.reading import MIN_POINTS, read_curve
+
+    with _user_errors(debug):
+        points = read_history_file(file, loss_key)
+        reading = read_curve(points)
+        if reading is None:
+            found = sum(p.loss is not None for p in points)
+            raise TriageError(f"Expected at least {MIN_POINTS} training-loss points in '{file}' to read a curve, found "
+                              f"{found}. Pass a longer log (or name its loss with --loss).")
+    verify = shlex.join(["triage", "run", "--checkpoint", checkpoint or "CHECKPOINT", "--entry", entry or "mymod:setup",
+                         "--history", str(file)])
+    if as_json:
+        print(json.dumps({**reading.model_dump(mode="json"), "verified": False, "verify": verify}))
+    else:
+        where = f", from step {reading.started}" if reading.started is not None else ""
+        print(f"Unverified reading of {file} (the loss log alone; no experiment ran)")
+        print(f"Symptom: {reading.symptom}{where}: {reading.detail}.")
+        print(f"Verify:  {verify}")
+        print("A log shows what happened, not why: the experiments of `triage run` find the cause and test the fix.")
+    raise typer.Exit(0 if reading.symptom == "healthy" else 1)
 
 
 @app.command()

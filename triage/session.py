@@ -22,6 +22,7 @@ from triage.distributed.checkpoint import load_distributed
 from triage.distributed.wrappers import unwrap
 from triage.entry import SetupFactory, call_setup, entry_name, load_entry
 from triage.errors import CheckpointError, SetupError
+from triage.flight.manifest import triaging
 from triage.history import HistoryPoint, read_history_file
 from triage.optimizer_fit import Fitted, OptimizerMismatch, fill_flags, fit_state
 from triage.integrations.derive import derived_factory
@@ -147,6 +148,8 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
     Memory: the checkpoint's tensors are loaded into the model and optimizer and then dropped (the
     optimizer keeps the loaded moments themselves); the snapshot is the one other copy of the state."""
     light = checkpoint.without_tensors() if checkpoint is not None else None
+    if checkpoint is not None and checkpoint.capture_dir is not None:
+        triaging(checkpoint.capture_dir)  # setup() may then call triage.load_batches() without a path
     factory = derived_factory(factory, light)
     seed_everything(seed)
     setup = call_setup(factory, entry)

@@ -1,7 +1,9 @@
 """A capture folder, as the recorder writes it and triage reads it back:
 
     capture-<step>-<trigger>/
-        manifest.json    this record: step, trigger, where the rest is, the run's settings, versions
+        manifest.json    this record: step, trigger, where the rest is, the run's settings, versions.
+                         Written last and atomically: a folder without it is still being written (or
+                         its writer died), and is not a capture.
         checkpoint.pt    the last good state before the failure (or checkpoint.ckpt, or checkpoint-N/)
         batches.pt       the batches in flight, as the run's DataLoader made them
         history.csv      step, loss, lr, grad_norm of every recorded step up to the failure
@@ -49,6 +51,8 @@ class CaptureManifest(BaseModel):
     run_settings: dict[str, Any] = Field(default_factory=dict,
                                          description="The framework's own settings as it named them.")
     entry: Optional[str] = Field(default=None, description="The --entry that rebuilds the run, when known.")
+    rank: Optional[int] = Field(default=None, description="The rank that wrote this capture (distributed runs).")
+    world_size: Optional[int] = Field(default=None, description="The run's number of ranks (distributed runs).")
     command: str = Field(description="The triage command that triages this capture.")
     versions: dict[str, str] = Field(default_factory=dict)
     created: str = Field(default_factory=lambda: dt.datetime.now().isoformat(timespec="seconds"))
@@ -67,6 +71,7 @@ def versions() -> dict[str, str]:
 
 
 def is_capture(path: Path) -> bool:
+    """A finished capture: its manifest, written last, is there."""
     return Path(path).is_dir() and (Path(path) / MANIFEST).is_file()
 
 
@@ -85,13 +90,27 @@ def read_manifest(folder: Path) -> CaptureManifest:
         ) from None
 
 
-def load_batches(capture_dir: Path, trusted: bool = False) -> list[Any]:
+_triaged: Optional[Path] = None  # the capture this process is triaging (set before setup() is called)
+
+
+def triaging(folder: Path) -> None:
+    """Name the capture this process triages: `load_batches()` without a path then loads its batches."""
+    global _triaged
+    _triaged = Path(folder)
+
+
+def load_batches(capture_dir: Optional[Path] = None, trusted: bool = False) -> list[Any]:
     """The batches a capture saved, in the order the manifest lists them (those after the checkpoint
-    first). Use them as `Setup.batches` in a setup() that triages the capture.
+    first). Use them as `Setup.batches` in a setup() that triages the capture. Without `capture_dir`,
+    the capture being triaged (`triage run --checkpoint CAPTURE`, or the capture `triage watch` is on).
 
     Loaded with `torch.load(weights_only=True)`; `trusted=True` unpickles other objects (files you trust).
     """
-    folder = Path(capture_dir)
+    if capture_dir is None and _triaged is None:
+        raise CheckpointError("Expected load_batches() to be called while triage opens a capture (triage run "
+                              "--checkpoint CAPTURE, or triage watch), found none being opened. Pass the capture "
+                              "folder: triage.load_batches('captures/capture-...').")
+    folder = Path(capture_dir) if capture_dir is not None else _triaged
     manifest = read_manifest(folder)
     path = folder / BATCHES
     if not path.is_file():

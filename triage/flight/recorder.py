@@ -23,7 +23,8 @@ from pydantic import Field
 
 from triage.flight.memory import BatchRing, History, cpu_copy
 from triage.flight.triggers import Trigger, TriggerSettings, TriggerWatch
-from triage.flight.writer import CheckpointWriter, write_capture
+from triage.flight.autotriage import OnCapture, auto_triage, launch
+from triage.flight.writer import CheckpointWriter, rank_and_world_size, write_capture
 
 log = logging.getLogger("triage.recorder")
 
@@ -51,8 +52,9 @@ class FlightRecorder:
 
     def __init__(self, settings: RecorderSettings, root: Path, framework: str,
                  write_checkpoint: CheckpointWriter, run_info: Callable[[], dict[str, Any]],
-                 entry: Optional[str] = None):
+                 entry: Optional[str] = None, on_capture: OnCapture = None):
         self.settings = settings
+        self.auto = auto_triage(on_capture, entry)
         self.root = Path(root)
         self.framework = framework
         self.entry = entry
@@ -100,6 +102,8 @@ class FlightRecorder:
                                self.batches.items(), self.history, framework=self.framework, entry=self.entry,
                                **self._run_info())
         self.captures.append(folder)
+        if self.auto is not None:
+            launch(folder, self.auto.entry or self.entry, self.auto, rank_and_world_size()["rank"])
         return folder
 
 
@@ -139,19 +143,21 @@ class Recorder:
     LR and gradient-norm history; on a non-finite loss or gradient, a loss spike, a plateau (when
     `plateau_window` is set) or `capture()`, writes a capture folder and logs the `triage run` command.
     `entry` names the setup() that rebuilds the run, for that command; `precision`, `grad_clip` and
-    `total_steps` are written to the manifest as the run used them.
+    `total_steps` are written to the manifest as the run used them. `triage_on_capture` (True, an entry,
+    or a `triage.AutoTriage`) triages the capture in a detached low-priority process (flight/autotriage.py).
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None, *,
                  scaler: Any = None, dir: Union[str, Path] = "triage-captures", entry: Optional[str] = None,
                  precision: Optional[str] = None, grad_clip: Optional[float] = None,
-                 total_steps: Optional[int] = None, settings: Optional[RecorderSettings] = None):
+                 total_steps: Optional[int] = None, settings: Optional[RecorderSettings] = None,
+                 triage_on_capture: OnCapture = None):
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         self._params = [p for p in model.parameters() if p.requires_grad]
         info = {"precision": precision, "grad_clip": grad_clip, "total_steps": total_steps,
                 "device": str(next(iter(self._params)).device) if self._params else "cpu", "run_settings": {}}
         self.flight = FlightRecorder(settings or RecorderSettings(), Path(dir), "torch", dict_checkpoint,
-                                     lambda: info, entry)
+                                     lambda: info, entry, triage_on_capture)
         self.flight.remember(0, self._state())  # so a failure before the first snapshot still has one
 
     @property

@@ -6,12 +6,14 @@ from __future__ import annotations
 import csv
 import logging
 import math
+import os
 import shlex
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
 
+from triage import atomic
 from triage.batches import map_tensors
 from triage.flight.manifest import BATCHES, HISTORY, MANIFEST, CaptureManifest, versions
 from triage.flight.memory import History
@@ -64,6 +66,19 @@ def _cell(value: Optional[float]) -> str:
     return repr(float(value)) if math.isfinite(value) else str(float(value))
 
 
+def rank_and_world_size() -> dict[str, Optional[int]]:
+    """This process's rank and the world size: from torch.distributed when it is up, else torchrun's
+    environment; None for a single process."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return {"rank": dist.get_rank(), "world_size": dist.get_world_size()}
+    try:
+        return {"rank": int(os.environ["RANK"]), "world_size": int(os.environ["WORLD_SIZE"])}
+    except (KeyError, ValueError):
+        return {"rank": None, "world_size": None}
+
+
 def write_capture(root: Path, trigger: Trigger, state: Any, checkpoint_step: int, write_checkpoint: CheckpointWriter,
                   batches: list[tuple[int, Any]], history: History, *, framework: str, entry: Optional[str],
                   run_settings: dict[str, Any], precision: Optional[str] = None, grad_clip: Optional[float] = None,
@@ -82,8 +97,9 @@ def write_capture(root: Path, trigger: Trigger, state: Any, checkpoint_step: int
         framework=framework, trigger=trigger, step=trigger.step, checkpoint=checkpoint, checkpoint_layout=layout,
         checkpoint_step=checkpoint_step, batch_steps=[s for s, _ in kept], precision=precision,
         grad_clip=grad_clip, total_steps=total_steps, device=device, run_settings=run_settings, entry=entry,
-        command=command, versions=versions())
-    (folder / MANIFEST).write_text(manifest.model_dump_json(indent=2))
+        command=command, versions=versions(), **rank_and_world_size())
+    # Last and atomic: the manifest is the mark that the folder is complete (`triage watch` reads only those).
+    atomic.write_text(folder / MANIFEST, manifest.model_dump_json(indent=2))
     hint = "" if entry else (f"\n    (name in place of {placeholder} what rebuilds this run: a setup(), the "
                              "LightningModule class, or a function returning the Trainer)")
     log.warning("triage: %s at step %d; captured to %s (checkpoint from step %d, %d batches). Triage it with:\n"

@@ -7,7 +7,9 @@ It keeps a CPU copy of the last good state every `snapshot_every` batches (as a 
 module's state_dict, optimizer and scheduler states, global_step, hyper-parameters), the last batches and
 the loss / LR / gradient-norm history; on a non-finite loss or gradient, a spike or a plateau it writes a
 capture folder whose manifest records the Trainer's precision, clipping and length, and logs the
-`triage run` command. `--entry` can then be the LightningModule class itself.
+`triage run` command. `--entry` can then be the LightningModule class itself. With
+`triage_on_capture=True` (or a `triage.AutoTriage`) the capture is triaged in a detached low-priority
+process (triage/flight/autotriage.py); pair it with `stop_on_capture=True` so the run ends there.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Optional, Union
 
 import torch
 
+from triage.flight.autotriage import OnCapture, auto_triage
 from triage.flight.recorder import FlightRecorder, RecorderSettings, scalars, total_grad_norm
 from triage.flight.triggers import Trigger
 from triage.integrations import require
@@ -48,8 +51,11 @@ class TriageCallback(_pl.Callback):
     """Captures a failing Lightning run for triage (see the module docstring)."""
 
     def __init__(self, dir: Union[str, Path] = "triage-captures", *, entry: Optional[str] = None,
-                 settings: Optional[RecorderSettings] = None, stop_on_capture: bool = False):
+                 settings: Optional[RecorderSettings] = None, stop_on_capture: bool = False,
+                 triage_on_capture: OnCapture = None):
         self.dir = Path(dir)
+        self.triage_on_capture = triage_on_capture
+        auto_triage(triage_on_capture, entry or "the LightningModule")  # a bad setting fails before training
         self.entry = entry
         self.settings = settings or RecorderSettings()
         self.stop_on_capture = stop_on_capture
@@ -65,7 +71,7 @@ class TriageCallback(_pl.Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self.flight = FlightRecorder(self.settings, self.dir, "lightning", lightning_checkpoint,
                                      lambda: self._run_info(trainer, pl_module),
-                                     self.entry or entry_of(type(pl_module)))
+                                     self.entry or entry_of(type(pl_module)), self.triage_on_capture)
         self._step = trainer.global_step
         self.flight.step = self._step
         self.flight.remember(self._step, self._state(trainer, pl_module))

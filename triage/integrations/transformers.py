@@ -8,7 +8,8 @@ over `logging_steps` and, with `logging_nan_inf_filter`, hides a NaN) and the gr
 optimizer step; it also watches `on_log` for a non-finite `loss` or `grad_norm`. It keeps a CPU copy of
 the last good state every `snapshot_every` steps and the batches as the model received them. A capture
 holds a Trainer `checkpoint-N/` folder (model.safetensors without tied duplicates, optimizer.pt,
-scheduler.pt, trainer_state.json, config.json).
+scheduler.pt, trainer_state.json, config.json). With `triage_on_capture=True` (and `entry=`) the capture is
+triaged in a detached low-priority process (triage/flight/autotriage.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Optional, Union
 
 import torch
 
+from triage.flight.autotriage import OnCapture, auto_triage
 from triage.flight.recorder import FlightRecorder, RecorderSettings, scalars, total_grad_norm
 from triage.flight.triggers import Trigger
 from triage.integrations import require
@@ -59,8 +61,11 @@ class TriageCallback(_tf.TrainerCallback):
     """Captures a failing Trainer run for triage (see the module docstring)."""
 
     def __init__(self, dir: Union[str, Path] = "triage-captures", *, entry: Optional[str] = None,
-                 settings: Optional[RecorderSettings] = None, stop_on_capture: bool = False):
+                 settings: Optional[RecorderSettings] = None, stop_on_capture: bool = False,
+                 triage_on_capture: OnCapture = None):
         self.dir = Path(dir)
+        self.triage_on_capture = triage_on_capture
+        auto_triage(triage_on_capture, entry)  # a missing entry fails here, before training
         self.entry = entry
         self.settings = settings or RecorderSettings()
         self.stop_on_capture = stop_on_capture
@@ -82,7 +87,7 @@ class TriageCallback(_tf.TrainerCallback):
         self._hooks = [model.register_forward_pre_hook(self._see_inputs, with_kwargs=True),
                        model.register_forward_hook(self._see_output)]
         self.flight = FlightRecorder(self.settings, self.dir, "transformers", hf_checkpoint_writer(model),
-                                     lambda: self._run_info(args, state), self.entry)
+                                     lambda: self._run_info(args, state), self.entry, self.triage_on_capture)
         self.flight.step = state.global_step
         self.flight.remember(state.global_step, self._state(state))
 

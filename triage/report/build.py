@@ -25,6 +25,17 @@ from triage.session import Session
 log = logging.getLogger(__name__)
 
 
+def _capture_rank(session: Session) -> dict[str, Optional[int]]:
+    """The rank that wrote the capture and the world size, as its manifest recorded them."""
+    from triage.flight.manifest import read_manifest
+
+    folder = session.checkpoint.capture_dir if session.checkpoint else None
+    if folder is None:
+        return {}
+    manifest = read_manifest(folder)
+    return {"capture_rank": manifest.rank, "capture_world_size": manifest.world_size}
+
+
 def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
                  checkpoint_path: Optional[str]) -> Report:
     from triage import __version__
@@ -52,6 +63,7 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
             layout=session.checkpoint.layout if session.checkpoint else None,
             step=session.checkpoint.step if session.checkpoint else None,
             step_source=session.checkpoint.step_source if session.checkpoint else None,
+            **_capture_rank(session),
         ),
         environment=Environment(
             triage=__version__, torch=torch.__version__, python=sys.version.split()[0],

@@ -101,6 +101,9 @@ class CheckpointInfo(_Frozen):
     step: Optional[int]
     step_source: Optional[str] = Field(default=None, description="Where the step was read, e.g. the "
                                                                  "checkpoint's 'iter_num'.")
+    capture_rank: Optional[int] = Field(default=None, description="A flight-recorder capture of a distributed "
+                                                                  "run: the rank that wrote it.")
+    capture_world_size: Optional[int] = Field(default=None, description="That run's number of ranks.")
 
 
 class Report(_Frozen):
