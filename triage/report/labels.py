@@ -161,6 +161,7 @@ LABELS: dict[str, tuple[str, str, str]] = {
     'layers': ('layers', '', 'In the order they first ran.'),
     'left_in_eval': ('left in eval', '', "Some forward of the user's step ran in eval mode."),
     'level_ratio': ('end loss / learning nothing', '×', 'About 1: the run learned nothing.'),
+    'pace_vs_run': ('learning pace vs the run before', '×', "Loss shed per step in the replay over the run's own average before the checkpoint: under 0.1 it has stalled."),
     'loader_repeats': ('loader repeats', '', 'Only a DataLoader given.'),
     'located_ranks': ('located ranks', '', 'Distributed.'),
     'log_slope': ('slope of log loss', 'per step', 'Slope of ln(loss) per step: below 0 the run learns.'),
