@@ -158,7 +158,8 @@ class ReplayOutcome(VerifiedFix):
     pace_vs_run: Optional[float] = Field(
         default=None, description="The replay's loss fall per step over the run's average fall per step "
                                   "before the checkpoint (from its logged start, or from the loss of learning "
-                                  "nothing): under 0.1 the run has stalled. Replays from the checkpoint only.")
+                                  "nothing): under 0.1 a replay near the plateau threshold has stalled. "
+                                  "Replays from the checkpoint only.")
     loss_floor: Optional[float] = Field(
         default=None, description="The least this loss can score (0 for cross-entropy, MSE, BCE, ...), where "
                                   "measured: its value on a perfect prediction.")
@@ -269,11 +270,13 @@ def _own_loop(setup, p: ReplayParams, other_loss: bool) -> tuple[bool, Optional[
 
 def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
     """After `steps`: the fix is not verified yet, but it learns (its loss down 5%) where the run it is
-    paired with did not (down less than 10%, or not finite)."""
+    paired with did not (down less than 10%, or not finite, or down only to 90% of the loss of learning
+    nothing or above: a restart at a blown-up LR falls from its init's 18 to chance level, and stays)."""
     reference = ctx.outcomes.get(p.against) if p.against else None
     if reference is None or p.extend_to <= p.steps or trace.first_bad is not None:
         return False
-    if reference.finite and reference.loss_ratio is not None and reference.loss_ratio < 0.9:
+    learned_nothing = reference.level_ratio is not None and reference.level_ratio > p.level_margin
+    if reference.finite and reference.loss_ratio is not None and reference.loss_ratio < 0.9 and not learned_nothing:
         return False
     start, end = start_end(trace.losses)
     if start is None or end is None or not start > 0 or end > 0.95 * start:
