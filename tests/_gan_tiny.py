@@ -32,10 +32,12 @@ def gan_loss(model, batch):  # both networks' losses: every parameter gets a gra
     d_loss, g_loss = gan_losses(model, batch[0])
     return d_loss + g_loss
 
-def gan_setup(lr=2e-4 * 1e4):
+def gan_setup(lr=2e-4 * 1e4, lr_d=None):
     torch.manual_seed(0)
     model = nn.ModuleDict({"G": nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2)),
                            "D": nn.Sequential(nn.Linear(2, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))})
-    optimizers = {name: torch.optim.Adam(model[name].parameters(), lr=lr, betas=(0.5, 0.999)) for name in ("G", "D")}
+    lrs = {"G": lr, "D": lr if lr_d is None else lr_d}
+    optimizers = {name: torch.optim.Adam(model[name].parameters(), lr=lrs[name], betas=(0.5, 0.999))
+                  for name in ("G", "D")}
     return triage.Setup(model=model, optimizers=optimizers, loss_fn=gan_loss, train_step=gan_step,
                         batches=real_batches())

@@ -166,6 +166,20 @@ def test_a_gan_with_two_optimizers_replays_both_and_is_not_called_healthy(tmp_pa
     assert report.experiment("baseline").outcome["loop_used"] == "user"
 
 
+def test_the_verdict_names_the_optimizer_whose_lr_is_the_fault(tmp_path):
+    """Issue 21: with several optimizers an LR candidate scaled them all together, and the fix could not say
+    which to change. A typo in D's LR alone (G's is right): the search's factor on each LR alone names D."""
+    from tests._gan_tiny import gan_setup
+
+    report, _ = triage.run(lambda: gan_setup(lr=2e-4, lr_d=2.0), None, out=tmp_path)
+    assert report.root_cause == "lr_too_high"
+    proof = report.experiment(report.proof).outcome
+    alone = {t["setting"].split("'")[1]: t["fix_works"] for t in proof["trials"] if t["setting"].endswith("alone")}
+    assert proof["lr_owner"] == "D" and alone == {"G": False, "D": True}
+    (change,) = report.fix_trial.changes
+    assert change.setting == "learning rate of 'D'" and change.before == pytest.approx(2.0)
+
+
 def test_a_second_optimizer_setup_did_not_hand_triage_is_named_not_ignored(tmp_path):
     from tests._gan_tiny import gan_setup
 

@@ -181,7 +181,7 @@ class OwnStep:
             self._saved_lrs[id(optimizer)] = (optimizer, [g["lr"] for g in optimizer.param_groups])
             for group in optimizer.param_groups:
                 group["lr"] = group["lr"] * c.lr_scale
-        if self._lr is None and optimizer.param_groups:
+        if self._lr is None and optimizer.param_groups and self._targets(optimizer):  # lr_of's own, if named
             self._lr = float(optimizer.param_groups[0]["lr"])
 
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:

@@ -41,6 +41,9 @@ class LrSearchParams(ReplayParams):
 
 class LrSearchOutcome(SearchOutcome):
     lr_factor: Optional[float] = Field(default=None, description="The chosen trial's LR multiplier.")
+    lr_owner: Optional[str] = Field(
+        default=None, description="With several optimizers: the one whose LR alone, scaled by the chosen factor, "
+                                  "is the fix (the others' alone are not); the chosen replay is that one.")
 
 
 class InitSearchParams(Params):
@@ -77,8 +80,29 @@ def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
     if between is not None:
         run(between)
     factor, chosen = _choose(trials)
-    return LrSearchOutcome(**chosen.model_dump(), lr_factor=factor, chosen=_lr_setting(factor),
-                           trials=[_trial(_lr_setting(f), o) for f, o in trials])
+    settings = [_lr_setting(f) for f, _ in trials]
+    owner, alone = _whose_lr(ctx, base, p.lr_scale * factor, chosen) if p.lr_of is None else (None, [])
+    settings += [f"{_lr_setting(factor)} of '{name}' alone" for name, _ in alone]
+    if owner is not None:
+        chosen = dict(alone)[owner]
+    return LrSearchOutcome(**chosen.model_dump(), lr_factor=factor, lr_owner=owner,
+                           chosen=_lr_setting(factor) + (f" of '{owner}'" if owner else ""),
+                           trials=[_trial(s, o) for s, o in zip(settings, [o for _, o in trials] + [o for _, o in alone])])
+
+
+def _whose_lr(ctx: Context, base: dict, lr_scale: float, chosen: ReplayOutcome) -> tuple[Optional[str], list]:
+    """With several optimizers (a GAN's G and D) and a factor that works for all of them together: the factor
+    on each one's LR alone. The owner is the one optimizer whose LR alone is the fix (None if none or several:
+    then the LRs are changed together)."""
+    names = list(getattr(ctx.session.setup.optimizer, "optimizers", {}))
+    if len(names) < 2 or not chosen.fix_works or ctx.session.setup.train_step is None:
+        return None, []
+    alone = []
+    for name in names:
+        ctx.restart()
+        alone.append((name, replay(ctx, ReplayParams(**{**base, "lr_scale": lr_scale, "lr_of": name}))))
+    working = [name for name, outcome in alone if outcome.fix_works]
+    return (working[0] if len(working) == 1 else None), alone
 
 
 def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:

@@ -125,7 +125,11 @@ def _changes(out: dict[str, Any], params: dict[str, Any], ref: dict[str, Any], r
     changes = []
     lr_before, lr_after = _first(ref.get("lrs")), _first(out.get("lrs"))
     if lr_before is not None and lr_after is not None and not _close(lr_before, lr_after):
-        changes.append(SettingChange(setting="learning rate", key="lr", before=lr_before, after=lr_after))
+        owner, factor = out.get("lr_owner") or params.get("lr_of"), _float(out.get("lr_factor"))
+        if owner and factor:  # the run as it was logs another optimizer's LR first: the owner's was after / factor
+            lr_before = lr_after / factor
+        changes.append(SettingChange(setting=f"learning rate of '{owner}'" if owner else "learning rate", key="lr",
+                                     before=lr_before, after=lr_after))
     clip_before, clip_after = _float(ref.get("clip_threshold")), _float(out.get("clip_threshold"))
     if ref and (clip_before is None) != (clip_after is None) or (
             clip_before is not None and clip_after is not None and not _close(clip_before, clip_after)):
