@@ -87,6 +87,37 @@ def test_the_label_check_reads_the_tensor_the_loss_scores_against():
     assert outcome.out_of_range_count == 0 and outcome.label_max <= 4
 
 
+def gaussian_nll_regressor() -> triage.Setup:
+    """A regressor that predicts a mean and a variance: its Gaussian NLL goes below zero as it learns."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Linear(32, 2))
+
+    def loss_fn(model, batch):
+        x, y = batch
+        mean, log_var = model(x).unbind(-1)
+        return nn.functional.gaussian_nll_loss(mean, y, log_var.exp())
+
+    batches = []
+    for _ in range(8):
+        x = torch.randn(64, 4, generator=g)
+        batches.append((x, x.sum(-1) * 0.5 + 0.01 * torch.randn(64, generator=g)))
+    return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-2), loss_fn=loss_fn,
+                        batches=batches)
+
+
+@pytest.mark.parametrize("factory, finding", [(ctc_setup, "ambiguous_target"),
+                                              (gaussian_nll_regressor, "negative_loss_by_nature")])
+def test_a_run_of_a_kind_the_checks_were_not_validated_on_says_so_and_claims_medium_at_most(tmp_path, factory,
+                                                                                           finding):
+    """Issue 20: where the target tensor is ambiguous, or the loss is negative by nature, "high" is not earned
+    by checks validated elsewhere: the report names why, and the confidence is medium at most."""
+    path, _ = stock_checkpoint(tmp_path, factory, 60)  # trained as its owner would: the NLL below zero by then
+    report, _ = triage.run(factory, path, out=tmp_path / "report")
+    assert finding in [f.id for f in report.findings]
+    assert report.confidence != "high"
+
+
 def test_a_plain_classifier_has_one_unambiguous_target():
     from tests._instrument_runs import classifier_setup, run, session_of
     from triage.experiments.labels import LABEL_CHECK

@@ -144,6 +144,9 @@ class Finding(_Strict):
     when: str
     text: str
     evidence: list[str] = Field(default_factory=list)
+    confidence: Optional[Confidence] = Field(
+        default=None, description="When it holds, the most the verdict may claim: a run of a kind the checks "
+                                  "were not validated on (a loss negative by nature, an ambiguous target).")
 
 
 class PlaybookFile(_Strict):

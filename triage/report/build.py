@@ -14,9 +14,9 @@ import torch
 from triage.causes import ROOT_CAUSES
 from triage.disagreements import FINDING_ID as DISAGREEMENT, finding_text
 from triage.distributed.describe import distributed_info
-from triage.engine import Walk
+from triage.engine import CONFIDENCE_ORDER, Walk
 from triage.playbook import Playbook, parse_condition
-from triage.playbook.schema import DecisionNode, DifferentialNode, LeafNode
+from triage.playbook.schema import DecisionNode, DifferentialNode, Finding, LeafNode
 from triage.report.fix_trial import tried
 from triage.report.model import (CheckpointInfo, Environment, FindingRecord, Flowchart, GraphCandidate,
                                  GraphEdge, GraphNode, Location, Report)
@@ -41,17 +41,20 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
     from triage import __version__
 
     leaf: LeafNode = walk.leaf if walk.leaf is not None else _unfinished(walk)
+    held = _held_findings(playbook, walk)
     report = Report(
         status=walk.status,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         root_cause=leaf.diagnosis,
         title=leaf.title or ROOT_CAUSES[leaf.diagnosis],
-        confidence=walk.confidence,
+        confidence=min([walk.confidence] + [f.confidence for f in held if f.confidence],
+                       key=CONFIDENCE_ORDER.index),
         fix=leaf.fix_text(walk.lookup),
         proof=leaf.proof if leaf.proof in walk.runs else None,
         evidence=[n for n in leaf.evidence if n in walk.runs],
         location=_location(leaf, walk),
-        findings=_findings(playbook, walk) + _session_findings(session),
+        findings=[FindingRecord(id=f.id, text=f.text, evidence=[n for n in f.evidence if n in walk.runs])
+                  for f in held] + _session_findings(session),
         path=walk.path,
         decisions=walk.decisions,
         experiments=list(walk.runs.values()),
@@ -149,10 +152,10 @@ def _session_findings(session: Session) -> list[FindingRecord]:
     return found + ([FindingRecord(id=DISAGREEMENT, text=disagree)] if disagree else [])
 
 
-def _findings(playbook: Playbook, walk: Walk) -> list[FindingRecord]:
+def _held_findings(playbook: Playbook, walk: Walk) -> list[Finding]:
+    """The playbook's findings whose condition holds on what the walk measured."""
     errors: list[str] = []
-    found = [FindingRecord(id=f.id, text=f.text, evidence=[n for n in f.evidence if n in walk.runs])
-             for f, condition in playbook.findings if condition.evaluate(walk.lookup, errors)]
+    found = [f for f, condition in playbook.findings if condition.evaluate(walk.lookup, errors)]
     for error in errors:
         log.warning("finding: %s", error)
     return found
