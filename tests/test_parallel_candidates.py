@@ -99,3 +99,17 @@ def test_no_fork_leaves_every_candidate_to_the_walk(dead_relu, tmp_path, monkeyp
     threads = torch.get_num_threads()
     parallel, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=tmp_path, parallel=True)
     assert measured(parallel) == measured(serial) and torch.get_num_threads() == threads
+
+
+def test_a_large_training_state_is_measured_one_candidate_at_a_time():
+    """Issue 26, memory at scale: the forked copy trains its own copy of the state, so past 256 MiB of it the
+    candidates run one by one (a 40M-parameter AdamW run: ~640 MB of weights, gradients and moments)."""
+    from triage.forked import MAX_FORKED_STATE_BYTES, can_fork, training_state_bytes
+
+    model = torch.nn.Linear(100, 10)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 100)).sum().backward()
+    optimizer.step()
+    weights = 1010 * 4
+    assert training_state_bytes(model, optimizer) == 2 * weights + 2 * weights + 2 * 4  # + exp_avg(_sq), steps
+    assert not can_fork(torch.device("cpu"), 1, MAX_FORKED_STATE_BYTES + 1)

@@ -25,7 +25,7 @@ from triage.distributed.ranks import current as current_ranks
 from triage.distributed.settle import RankFailure, settle
 from triage.experiments import Context, NotApplicable, Outcome
 from triage.experiments.levels import loss_levels
-from triage.forked import Candidates, OneByOne, TwoAtOnce, can_fork
+from triage.forked import Candidates, OneByOne, TwoAtOnce, can_fork, training_state_bytes
 from triage.playbook import Playbook
 from triage.records import CandidateResult, Clause, Confidence, Decision, ExperimentRun, SetupFacts
 from triage.playbook.schema import DecisionNode, DifferentialNode, LeafNode, RunNode
@@ -219,7 +219,8 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
         return run, outcome
 
     def new_pool() -> Candidates:
-        if parallel and can_fork(session.device, current_ranks().world_size):
+        if parallel and can_fork(session.device, current_ranks().world_size,
+                                 training_state_bytes(session.setup.model, session.setup.optimizer)):
             try:
                 return TwoAtOnce(measure, measure_in_copy, record, outcomes, listener, playbook.experiments)
             except OSError as exc:

@@ -36,10 +36,24 @@ STUCK_S = 120.0  # no answer and no CPU time used for this long: the copy waits 
 _POLL_S = 5.0  # how often a wait for the copy looks at its CPU time
 
 
-def can_fork(device: torch.device, world_size: int) -> bool:
+# The copy trains its own copy of the model and optimizer state (every page a replay writes is copied): past
+# this much state the memory it doubles costs more than the time it saves (issue 26: peak memory within 2x
+# the checkpoint at every size), and the candidates are measured one by one.
+MAX_FORKED_STATE_BYTES = 256 * 2**20
+
+
+def can_fork(device: torch.device, world_size: int, state_bytes: int = 0) -> bool:
     return (sys.platform.startswith("linux") and device.type == "cpu" and world_size == 1
             and not torch.cuda.is_initialized() and len(os.sched_getaffinity(0)) >= 2
-            and torch.get_num_threads() <= 2)
+            and torch.get_num_threads() <= 2 and state_bytes <= MAX_FORKED_STATE_BYTES)
+
+
+def training_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """The bytes a replay writes at every step: the weights, their gradients and the optimizer's state."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    state = sum(v.numel() * v.element_size() for one in getattr(optimizer, "optimizers", {"": optimizer}).values()
+                for per_param in one.state.values() for v in per_param.values() if isinstance(v, torch.Tensor))
+    return 2 * weights + state
 
 
 class Forked:
