@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -38,3 +38,24 @@ def to_device(batch: Any, device: str) -> Any:
 def first_examples(batch: Any, n: int) -> Any:
     """The first `n` examples of a batch: every tensor sliced along dim 0."""
     return map_tensors(batch, lambda t: t[:n] if t.dim() > 0 else t)
+
+
+# Keys under which a loader commonly hands out each example's index in its dataset (a Dataset whose
+# __getitem__ returns it, or a collate_fn that adds it). A snapshot without one cannot name the samples.
+SAMPLE_ID_KEYS = ("index", "indices", "idx", "sample_index", "sample_indices", "sample_id", "sample_ids")
+
+
+def sample_ids(batch: Any) -> Optional[list[int]]:
+    """The dataset indices of a batch's examples, where the batch is a dict that carries them (as a 1-D
+    integer tensor or a list of ints under one of SAMPLE_ID_KEYS); None where it does not."""
+    if not isinstance(batch, dict):
+        return None
+    for key in SAMPLE_ID_KEYS:
+        value = batch.get(key)
+        if isinstance(value, torch.Tensor) and value.dim() == 1 and not value.is_floating_point() \
+                and not value.is_complex():
+            return [int(v) for v in value.tolist()]
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and not isinstance(v, bool)
+                                                              for v in value):
+            return list(value)
+    return None

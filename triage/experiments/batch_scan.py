@@ -7,8 +7,10 @@ import math
 from typing import Optional
 
 import numpy as np
+import torch
 from pydantic import Field
 
+from triage.batches import named_tensors, sample_ids
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.training import forward_backward, grad_scaler, probe_scaler, trainable
 from triage.views import Bars, Table
@@ -42,6 +44,19 @@ class BatchScanOutcome(Outcome):
         default=None, description="The outlier with the highest z (else the highest-z batch of all).")
     worst_z: float = Field(default=0.0, description="Its z-score (loss or gradient, whichever is higher).")
     batches_scanned: int = 0
+    worst_tensor: Optional[str] = Field(
+        default=None, description="The tensor of the worst outlier (its dict key or tuple position) whose "
+                                  "largest |value| stands out from the same tensor's in the other batches "
+                                  "(robust z above the threshold); None where no tensor does, or no outlier.")
+    worst_tensor_z: Optional[float] = Field(default=None, description="Its robust z-score (log largest |value|).")
+    worst_value: Optional[float] = Field(default=None, description="Its value of largest magnitude.")
+    worst_value_index: list[int] = Field(default_factory=list, description="Where that value is, e.g. [3, 17]: "
+                                                                           "example 3 of the batch, feature 17.")
+    typical_value: Optional[float] = Field(default=None, description="The same tensor's largest |value|, median "
+                                                                     "over the snapshot's batches.")
+    worst_sample_id: Optional[int] = Field(
+        default=None, description="That example's index in the dataset, where the batch carries its examples' "
+                                  "indices (an 'index' or 'idx' key); else None.")
 
 
 def measure(ctx: Context, p: BatchScanParams) -> BatchScanOutcome:
@@ -66,11 +81,45 @@ def measure(ctx: Context, p: BatchScanParams) -> BatchScanOutcome:
     outliers = [i for i, value in enumerate(z) if value > p.z_threshold and i not in nonfinite]
     candidates = outliers or list(range(len(z)))
     worst = max(candidates, key=lambda i: z[i]) if z else None
+    suspect = _suspect_tensor(session.batches[:len(losses)], worst, p) if outliers else {}
     return BatchScanOutcome(
         losses=losses, grad_norms=norms, z_loss=z_loss, z_grad=z_grad, outliers=outliers,
         outlier_count=len(outliers), nonfinite_batches=nonfinite, nonfinite_count=len(nonfinite),
         worst_batch=worst, worst_z=z[worst] if worst is not None else 0.0, batches_scanned=len(losses),
+        **suspect,
     )
+
+
+def _suspect_tensor(batches: list, worst: int, p: BatchScanParams) -> dict:
+    """The tensor of batch `worst` whose largest |value| stands out most from the same tensor's in the
+    other batches (robust z of its log), with that value and where it is; {} where none stands out.
+    Scale is what a corrupted batch usually changes (wrong units, a missed normalisation, a bad label id);
+    a batch that is wrong in another way (shuffled labels) names no tensor."""
+    peaks: dict[str, list[float]] = {}
+    for batch in batches:
+        for key, tensor in named_tensors(batch):
+            if tensor.numel() and not tensor.is_complex() and tensor.dtype != torch.bool:
+                finite = tensor[torch.isfinite(tensor)] if tensor.is_floating_point() else tensor
+                peaks.setdefault(key, []).append(float(finite.abs().max()) if finite.numel() else math.nan)
+    best: Optional[tuple[float, str]] = None
+    for key, values in peaks.items():
+        if len(values) != len(batches) or not math.isfinite(values[worst]):
+            continue  # a tensor some batches lack, or one that holds no finite value here
+        z = _robust_z([v if v > 0 else math.nan for v in values], p.mad_floor)[worst] if values[worst] > 0 else 0.0
+        if math.isfinite(z) and z > p.z_threshold and (best is None or z > best[0]):
+            best = (z, key)
+    if best is None:
+        return {}
+    z, key = best
+    tensor = dict(named_tensors(batches[worst]))[key]
+    magnitude = torch.where(torch.isfinite(tensor), tensor, torch.zeros_like(tensor)).abs() \
+        if tensor.is_floating_point() else tensor.abs()
+    flat = int(magnitude.reshape(-1).argmax())
+    where = [int(i) for i in torch.unravel_index(torch.tensor(flat), tensor.shape)] if tensor.dim() else []
+    ids = sample_ids(batches[worst])
+    return {"worst_tensor": key, "worst_tensor_z": z, "worst_value": float(tensor[tuple(where)].item()),
+            "worst_value_index": where, "typical_value": float(np.median([v for v in peaks[key] if math.isfinite(v)])),
+            "worst_sample_id": ids[where[0]] if ids and where and where[0] < len(ids) else None}
 
 
 def _robust_z(values: list[float], mad_floor: float) -> list[float]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+from typing import Optional
+
 import torch
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.batches import named_tensors
+from triage.batches import named_tensors, sample_ids
 
 
 class DataCheckParams(Params):
@@ -16,10 +19,15 @@ class DataCheckParams(Params):
 class NonFiniteTensor(Outcome):
     split: str
     batch: int
-    key: str
+    key: str = Field(description="The tensor in the batch: its dict key or tuple position, e.g. [0] or ['x'].")
     nan: int
     inf: int
     numel: int
+    first_index: list[int] = Field(default_factory=list, description="Where its first NaN/Inf is (row-major), "
+                                   "e.g. [3, 17]: example 3 of the batch, feature 17.")
+    first_value: float = Field(default=math.nan, description="That value: NaN, inf or -inf.")
+    sample_id: Optional[int] = Field(default=None, description="That example's index in the dataset, where the "
+                                     "batch carries its examples' indices (an 'index' or 'idx' key); else None.")
 
 
 class DataCheckOutcome(Outcome):
@@ -46,12 +54,24 @@ def measure(ctx: Context, p: DataCheckParams) -> DataCheckOutcome:
                     continue
                 nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
                 if nan or inf:
-                    found.append(NonFiniteTensor(split=split, batch=index, key=key, nan=nan, inf=inf,
-                                                 numel=tensor.numel()))
+                    where = _first_nonfinite(tensor)
+                    ids = sample_ids(batch)
+                    found.append(NonFiniteTensor(
+                        split=split, batch=index, key=key, nan=nan, inf=inf, numel=tensor.numel(),
+                        first_index=where, first_value=float(tensor[tuple(where)].item()),
+                        sample_id=ids[where[0]] if ids and where and where[0] < len(ids) else None))
     train_bad = [f.batch for f in found if f.split == "train"]
     return DataCheckOutcome(batches_checked=batches, tensors_checked=tensors, nonfinite_count=len(found),
                             train_nonfinite_count=len(train_bad), nonfinite=found,
                             first_bad_batch=min(train_bad) if train_bad else None)
+
+
+def _first_nonfinite(tensor: torch.Tensor) -> list[int]:
+    """The index of the first NaN/Inf of `tensor`, row-major ([] for a 0-d tensor)."""
+    bad = (~torch.isfinite(tensor)).reshape(-1).nonzero()
+    if tensor.dim() == 0:
+        return []
+    return [int(i) for i in torch.unravel_index(bad[0, 0], tensor.shape)]
 
 
 DATA_CHECK = Experiment(

@@ -17,6 +17,7 @@ from triage.distributed.describe import distributed_info
 from triage.engine import CONFIDENCE_ORDER, Walk
 from triage.playbook import Playbook, parse_condition
 from triage.playbook.schema import DecisionNode, DifferentialNode, Finding, LeafNode
+from triage.report.coordinates import batch_place
 from triage.report.fix_trial import tried
 from triage.report.model import (CheckpointInfo, Environment, FindingRecord, Flowchart, GraphCandidate,
                                  GraphEdge, GraphNode, Location, Report)
@@ -33,7 +34,11 @@ def _capture_rank(session: Session) -> dict[str, Optional[int]]:
     if folder is None:
         return {}
     manifest = read_manifest(folder)
-    return {"capture_rank": manifest.rank, "capture_world_size": manifest.world_size}
+    # The steps name the snapshot's batches only where setup() gave the capture's batches (load_batches()):
+    # as many, in the manifest's order. A setup() that reads other data keeps snapshot indices.
+    same = len(manifest.batch_steps) == len(session.batches)
+    return {"capture_rank": manifest.rank, "capture_world_size": manifest.world_size,
+            "batch_steps": manifest.batch_steps if same and manifest.batch_steps else None}
 
 
 def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
@@ -79,7 +84,10 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         stopped=walk.stopped,
         cut=walk.cut,
     )
-    return report.model_copy(update={"fix_trial": tried(report)})
+    if report.location.batch is not None:
+        report = report.model_copy(update={"location": report.location.model_copy(
+            update={"batch_place": batch_place(report, report.location.batch)})})
+    return report.model_copy(update={"fix_trial": tried(report, walk.setup_facts.weight_decay)})
 
 
 

@@ -7,11 +7,12 @@ with, never from a template; pure functions of report data (no torch).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from triage.records import ExperimentRun
+from triage.report.coordinates import batch_step
 
 if TYPE_CHECKING:
     from triage.report.model import Report
@@ -29,10 +30,20 @@ class SettingChange(BaseModel):
                                  "weight_decay, unsquash, revive_dead, swap_saturating, loop.")
     before: Value = Field(description="The run's value (None: the setting was off, e.g. no clipping).")
     after: Value = Field(description="The value the fix's replay used.")
+    run_steps: Optional[list[int]] = Field(
+        default=None, description="skip_batches: the training step of each skipped batch as the run counted it "
+                                  "(a capture's record, else the checkpoint's step + 1 + its index; schema 1.8).")
 
     def words(self) -> str:
         """`learning rate 1 → 0.1`: the setting, the run's value, the fix's."""
-        return f"{self.setting} {show(self.before)} → {show(self.after)}"
+        return f"{self.setting} {show(self.before)} → {self.shown_after()}"
+
+    def shown_after(self) -> str:
+        """The fix's value; skipped batches with the run's steps: `5 (step 11 of the run)`."""
+        if self.run_steps and isinstance(self.after, list):
+            at = ", ".join(map(str, self.run_steps[:4])) + (" …" if len(self.run_steps) > 4 else "")
+            return f"{show(self.after)} (step{'s' if len(self.run_steps) > 1 else ''} {at} of the run)"
+        return show(self.after)
 
 
 class FixTrial(BaseModel):
@@ -96,7 +107,8 @@ def show(value: Value) -> str:
 
 
 def fix_trial(proof: Optional[ExperimentRun], reference: Optional[ExperimentRun], experiments: list[ExperimentRun],
-              checkpoint_step: Optional[int], run_precision: str) -> Optional[FixTrial]:
+              checkpoint_step: Optional[int], run_precision: str, batch_steps: Optional[list[int]] = None,
+              run_weight_decay: Optional[float] = None) -> Optional[FixTrial]:
     """The proof's replay in values; None where there is no proof replay with a loss to show."""
     if proof is None or proof.status != "ok" or not proof.outcome:
         return None
@@ -104,7 +116,8 @@ def fix_trial(proof: Optional[ExperimentRun], reference: Optional[ExperimentRun]
     ref = reference.outcome if reference is not None and reference.node != proof.node else None
     ref_params = reference.params if ref is not None else {}
     restarted = params.get("init", "checkpoint") != "checkpoint" or str(out.get("chosen", "")).startswith("init=")
-    changes = _changes(out, params, ref or {}, ref_params, experiments, run_precision)
+    changes = _changes(out, params, ref or {}, ref_params, experiments, run_precision,
+                       lambda i: batch_step(i, checkpoint_step, batch_steps)[0], run_weight_decay)
     if not changes and ref is None:
         return None
     step0 = 0 if restarted else checkpoint_step
@@ -121,7 +134,8 @@ def fix_trial(proof: Optional[ExperimentRun], reference: Optional[ExperimentRun]
 
 
 def _changes(out: dict[str, Any], params: dict[str, Any], ref: dict[str, Any], ref_params: dict[str, Any],
-             experiments: list[ExperimentRun], run_precision: str) -> list[SettingChange]:
+             experiments: list[ExperimentRun], run_precision: str, step_of: Callable[[int], Optional[int]],
+             run_weight_decay: Optional[float]) -> list[SettingChange]:
     changes = []
     lr_before, lr_after = _first(ref.get("lrs")), _first(out.get("lrs"))
     if lr_before is not None and lr_after is not None and not _close(lr_before, lr_after):
@@ -148,12 +162,19 @@ def _changes(out: dict[str, Any], params: dict[str, Any], ref: dict[str, Any], r
                                      after=_frozen(experiments) or "every parameter"))
     skipped = [str(i) for i in out.get("skipped") or []]
     if skipped and skipped != [str(i) for i in ref.get("skipped") or []]:
+        steps = [step_of(int(i)) for i in skipped]
         changes.append(SettingChange(setting="snapshot batches skipped", key="skip_batches", before=None,
-                                     after=skipped))
+                                     after=skipped, run_steps=steps if all(s is not None for s in steps) else None))
     wd = params.get("wd_scale")
     if isinstance(wd, (int, float)) and wd != ref_params.get("wd_scale", 1.0):
-        changes.append(SettingChange(setting="weight decay", key="weight_decay", before="as the run",
-                                     after=f"x{show(float(wd))} of the run's"))
+        # The run's weight decay (its largest param group's, as setup.weight_decay reads it) and the fix's.
+        base = ref_params.get("wd_scale", 1.0)
+        if run_weight_decay is not None and isinstance(base, (int, float)):
+            changes.append(SettingChange(setting="weight decay", key="weight_decay",
+                                         before=run_weight_decay * base, after=run_weight_decay * wd))
+        else:
+            changes.append(SettingChange(setting="weight decay", key="weight_decay", before="as the run",
+                                         after=f"x{show(float(wd))} of the run's"))
     for key, setting, after in (("unsquash", "output", "raw scores (squashing undone)"),
                                 ("revive_dead", "dead units", "re-initialised"),
                                 ("swap_saturating", "sigmoid/tanh", "ReLU"),
@@ -209,13 +230,24 @@ def reference_of(experiments: list[ExperimentRun], run: ExperimentRun) -> Option
                            and r.params.get("init", "checkpoint") == "checkpoint"), None)
 
 
-def tried(report: "Report") -> Optional[FixTrial]:
+def tried(report: "Report", run_weight_decay: Optional[float] = None) -> Optional[FixTrial]:
     """The report's proof replay in values: as report.json carries it, else (a report of schema 1.6 or
-    before) worked out from its experiments."""
+    before) worked out from its experiments. `run_weight_decay`: the run's (setup.weight_decay), where the
+    caller knows it; else as a decision on the path read it."""
     if report.fix_trial is not None:
         return report.fix_trial
     proof = report.experiment(report.proof) if report.proof else None
     if proof is None:
         return None
     return fix_trial(proof, reference_of(report.experiments, proof), report.experiments, report.checkpoint.step,
-                     report.environment.precision)
+                     report.environment.precision, report.checkpoint.batch_steps,
+                     run_weight_decay if run_weight_decay is not None else _read_weight_decay(report))
+
+
+def _read_weight_decay(report: "Report") -> Optional[float]:
+    """setup.weight_decay as a decision on the path recorded it (a condition that read it)."""
+    for decision in report.decisions:
+        value = _float(decision.figures.get("setup.weight_decay"))
+        if value is not None:
+            return value
+    return None

@@ -7,11 +7,12 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from triage.records import Decision, ExperimentRun
+from triage.report.coordinates import BatchPlace
 from triage.report.fix_trial import FixTrial
 from triage.history import HistoryPoint
 from triage.views import View
 
-SCHEMA_VERSION = "1.7"
+SCHEMA_VERSION = "1.8"
 
 ReportStatus = Literal["complete", "incomplete", "interrupted"]
 
@@ -31,6 +32,9 @@ class Location(_Frozen):
     op: Optional[str] = Field(default=None, description="The autograd op, e.g. SqrtBackward0.")
     source: Optional[str] = Field(default=None, description="file:line of the user's code.")
     batch: Optional[int] = Field(default=None, description="Index of the bad snapshot batch.")
+    batch_place: Optional[BatchPlace] = Field(
+        default=None, description="That batch in the run's terms: the training step it was used at, the tensor "
+                                  "and value found wrong in it, the example (schema 1.8).")
     parameters: Optional[list[str]] = Field(default=None, description="Parameter names involved.")
     rank: Optional[int] = Field(default=None, description="Distributed runs: the rank where it starts.")
 
@@ -104,6 +108,9 @@ class CheckpointInfo(_Frozen):
     capture_rank: Optional[int] = Field(default=None, description="A flight-recorder capture of a distributed "
                                                                   "run: the rank that wrote it.")
     capture_world_size: Optional[int] = Field(default=None, description="That run's number of ranks.")
+    batch_steps: Optional[list[int]] = Field(
+        default=None, description="A capture: the training step at which the run used each batch it saved, in "
+                                  "the snapshot's order (the manifest's record; schema 1.8).")
 
 
 class Report(_Frozen):

@@ -43,7 +43,7 @@ MAX_REPORT_BYTES = 256 * 2**20  # `triage report` reads report.json whole: a rep
 # was read; optional).
 # 1.7 adds `fix_trial` (the proof's replay in values: settings before and after, from which step, the loss with the
 # fix and without; optional: a 1.6 report is drawn with it worked out from its experiments).
-READABLE_VERSIONS = ("1.1", "1.2", "1.3", "1.4", "1.5", "1.6", SCHEMA_VERSION)
+READABLE_VERSIONS = ("1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", SCHEMA_VERSION)
 
 _TEMPLATES = Path(__file__).parent / "templates"
 

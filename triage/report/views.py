@@ -10,6 +10,7 @@ records that none shows become tables, so an experiment that declares nothing st
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -21,6 +22,7 @@ from triage.report.model import Report
 from triage.report.path import PathView, deciding_refs, path_view
 from triage.report.ranks import RankSection, rank_section
 from triage.report import labels
+from triage.report.coordinates import BatchPlace, batch_place, replay_offset, step_axis
 from triage.report.fix_trial import FixTrial, tried
 from triage.report.kind import HEADINGS, verdict_kind
 from triage.report.words import describe_change, format_figure
@@ -87,6 +89,7 @@ class LocationRow:
     kind: Optional[str] = None  # a module's class
     after: Optional[str] = None  # a bare Sequential index: the layer before it
     after_kind: Optional[str] = None
+    note: Optional[str] = None  # words after the values: what the batch's step or tensor is
 
 
 @dataclass
@@ -122,7 +125,8 @@ def build_views(report: Report) -> Views:
     for i, run in enumerate(report.experiments):
         reference = references.get(run.node)
         declared = report.views.get(run.experiment, [])
-        drawn = [d for view in declared if (d := draw(view, run, reference)) is not None]
+        at = _run_steps(report, [run] + ([reference] if reference else []))
+        drawn = [d for view in declared if (d := draw(view, run, reference, at)) is not None]
         shown = {name for view in declared for name in view.shows()}
         role = "proof" if run.node == report.proof else "evidence" if run.node in report.evidence else ""
         experiments.append(ExperimentView(
@@ -156,12 +160,14 @@ def build_views(report: Report) -> Views:
 
 # --- one declared view, drawn --------------------------------------------------------------------
 
-def draw(view: View, run: ExperimentRun, reference: Optional[ExperimentRun]) -> Optional[Drawn]:
+def draw(view: View, run: ExperimentRun, reference: Optional[ExperimentRun],
+         at: Optional[tuple[int, str]] = None) -> Optional[Drawn]:
     """`view` of `run`'s outcome (`reference`: the run it is compared with); None when there is nothing
-    to draw (a field missing, empty, or of another shape than declared)."""
+    to draw (a field missing, empty, or of another shape than declared). `at`: (the run's step of replay
+    step 0, the x label saying so), to draw a curve per replay step at the run's own steps."""
     outcome = run.outcome or {}
     if isinstance(view, Curve):
-        return _curve(view, run, reference)
+        return _curve(view, run, reference, at if _per_replay_step(view) else None)
     if isinstance(view, Bars):
         return _bars(view, outcome)
     if isinstance(view, SourceExcerpt):
@@ -171,7 +177,31 @@ def draw(view: View, run: ExperimentRun, reference: Optional[ExperimentRun]) -> 
     return None
 
 
-def _curve(view: Curve, run: ExperimentRun, reference: Optional[ExperimentRun]) -> Optional[Plot]:
+def _per_replay_step(view: Curve) -> bool:
+    """A curve whose x is the replay's step count (0, 1, 2, ...), not a field of its own (LRs, steps)."""
+    return view.x is None and view.xlabel == "step"
+
+
+def _run_steps(report: Report, runs: list[ExperimentRun]) -> Optional[tuple[int, str]]:
+    """(the run's step of replay step 0, the x label) where the runs drawn on one axis all continue from the
+    checkpoint and its step is known; None: keep replay steps."""
+    offset = replay_offset(report, runs)
+    return (offset, step_axis(report)) if offset is not None else None
+
+
+def _shifted(series: Optional[plots.Series], at: Optional[tuple[int, str]]) -> Optional[plots.Series]:
+    """`series` drawn at the run's steps: each x (its own, else its index) and its first non-finite step
+    moved by the offset."""
+    if series is None or at is None:
+        return series
+    xs = series.steps if series.steps is not None else range(len(series.values))
+    bad = series.first_nonfinite
+    return dataclasses.replace(series, steps=[plots.number(x) + at[0] for x in xs],
+                               first_nonfinite=bad + at[0] if bad is not None else None)
+
+
+def _curve(view: Curve, run: ExperimentRun, reference: Optional[ExperimentRun],
+           at: Optional[tuple[int, str]] = None) -> Optional[Plot]:
     outcome = run.outcome or {}
     values = _list(outcome, view.field)
     if not values or (view.hide_if_constant and not _varies(values)):
@@ -193,8 +223,8 @@ def _curve(view: Curve, run: ExperimentRun, reference: Optional[ExperimentRun]) 
                 dashed=line.style == "dashed", emphasis=line.style != "reference"))
     threshold = plots.number(outcome.get(view.threshold)) if view.threshold else math.nan
     svg = plots.curves(
-        [s for s in series if s is not None], view.title + (f": {run.node} vs {against.node}" if against else ""),
-        xlabel=view.xlabel, ylabel=view.ylabel, log_x=view.log_x, log_y=view.log_y,
+        [_shifted(s, at) for s in series if s is not None],
+        view.title + (f": {run.node} vs {against.node}" if against else ""), xlabel=at[1] if at else view.xlabel, ylabel=view.ylabel, log_x=view.log_x, log_y=view.log_y,
         hline=(threshold, f"{view.threshold_label} {threshold:g}") if math.isfinite(threshold) else None,
         marks=[_mark(view, m, outcome) for m in view.marks if math.isfinite(plots.number(outcome.get(m.field)))])
     return Plot(view.caption, svg) if svg else None
@@ -380,8 +410,9 @@ def _proof_plot(report: Report, proof: ExperimentRun, reference: Optional[Experi
                           if reference and reference.node != proof.node else None,
                           _headline_series(report, proof, plots.GOOD, f"{proof.node} (with the fix)")) if s]
     what = (view.ylabel or view.field).capitalize()
-    return plots.curves(series, f"{what} per {view.xlabel}: as the run vs with the fix", xlabel=view.xlabel,
-                        ylabel=view.ylabel, log_y=view.log_y) if series else None
+    at = _run_steps(report, [proof] + ([reference] if reference else [])) if _per_replay_step(view) else None
+    return plots.curves([_shifted(s, at) for s in series], f"{what} per {view.xlabel}: as the run vs with the fix",
+                        xlabel=at[1] if at else view.xlabel, ylabel=view.ylabel, log_y=view.log_y) if series else None
 
 
 def _proof_table(report: Report, proof: Optional[ExperimentRun],
@@ -421,8 +452,9 @@ def _overview_plot(report: Report, references: dict[str, ExperimentRun]) -> Opti
             color = next(colors)
         series.append(_series(view, run, color, run.node, emphasis=run.node == report.proof or is_reference))
     what = (view.ylabel or view.field).capitalize()
-    return plots.curves([s for s in series if s], f"{what} per {view.xlabel}, every {runs[0].experiment}",
-                        xlabel=view.xlabel, ylabel=view.ylabel, log_y=view.log_y, wide=True)
+    at = _run_steps(report, runs) if _per_replay_step(view) else None
+    return plots.curves([_shifted(s, at) for s in series if s], f"{what} per {view.xlabel}, every {runs[0].experiment}",
+                        xlabel=at[1] if at else view.xlabel, ylabel=view.ylabel, log_y=view.log_y, wide=True)
 
 
 def _history_plot(report: Report) -> Optional[str]:
@@ -447,11 +479,33 @@ def _location(report: Report) -> list[LocationRow]:
     if loc.module:
         rows.append(LocationRow("Module", [loc.module], kind=loc.module_type, after=loc.previous_module,
                                 after_kind=loc.previous_module_type))
-    rows += [LocationRow(name, [str(value)]) for name, value in (("Operation", loc.op), ("Source", loc.source),
-                                                                  ("Batch", loc.batch), ("Rank", loc.rank))
+    rows += [LocationRow(name, [str(value)]) for name, value in (("Operation", loc.op), ("Source", loc.source))
              if value not in (None, "")]
+    if loc.batch is not None:
+        rows += _batch_rows(loc.batch_place or batch_place(report, loc.batch))
+    if loc.rank is not None:
+        rows.append(LocationRow("Rank", [str(loc.rank)]))
     if loc.parameters:
         rows.append(LocationRow("Parameters", loc.parameters[:6], more=max(0, len(loc.parameters) - 6)))
+    return rows
+
+
+def _batch_rows(place: BatchPlace) -> list[LocationRow]:
+    """The bad batch by the run's own step where it is known (else its snapshot index), and the tensor and
+    value in it found wrong."""
+    if place.step is None:
+        rows = [LocationRow("Snapshot batch", [str(place.batch)],
+                            note="its index in Setup.batches; no training step is known (the checkpoint records "
+                                 "none)")]
+    elif place.step_source == "capture":
+        rows = [LocationRow("Step", [str(place.step)], note=f"the run's training step that used snapshot batch "
+                                                           f"{place.batch}, as the capture recorded it")]
+    else:
+        rows = [LocationRow("Step", [str(place.step)], note=f"the run's training step of snapshot batch {place.batch}"
+                                                           f" (checkpoint step {place.checkpoint_step} + "
+                                                           f"{place.batch + 1}), as the replays continue the run")]
+    if place.tensor is not None:
+        rows.append(LocationRow("Tensor", [place.tensor], note=place.value_words()))
     return rows
 
 
