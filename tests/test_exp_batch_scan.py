@@ -1,5 +1,7 @@
 """batch_scan: a batch that stands out is named by index; clean or identical batches flag none."""
 
+import pytest
+
 from tests._instrument_runs import classifier_setup, digits, run, session_of
 from triage.experiments.batch_scan import BATCH_SCAN
 
@@ -34,3 +36,20 @@ def test_a_batch_with_a_non_finite_loss_is_reported_apart_from_the_outliers():
     assert out.nonfinite_batches == [2] and out.nonfinite_count == 1 and out.outliers == []
     assert out.worst_batch == 2 and out.worst_z == float("inf")
     assert max(z for i, z in enumerate(out.z_loss) if i != 2) < 6  # the others are scored among themselves
+
+
+def test_the_outlying_batch_names_the_tensor_whose_scale_stands_out_and_its_largest_value():
+    batches = digits(8)
+    batches[3] = (batches[3][0] * 1000, batches[3][1])
+    out = run(BATCH_SCAN, session_of(lambda: classifier_setup(batches=batches)))
+    x = batches[3][0]
+    assert out.worst_tensor == "[0]" and out.worst_tensor_z > 6  # the inputs, not the labels
+    assert out.worst_value == x[tuple(out.worst_value_index)].item() and abs(out.worst_value) == x.abs().max().item()
+    others = sorted(b[0].abs().max().item() for i, b in enumerate(batches))
+    assert out.typical_value == pytest.approx((others[3] + others[4]) / 2)
+    assert out.worst_sample_id is None  # tuple batches carry no dataset indices
+
+
+def test_without_an_outlier_no_tensor_is_named():
+    out = run(BATCH_SCAN, session_of(lambda: classifier_setup(batches=digits(8))))
+    assert out.outliers == [] and out.worst_tensor is None and out.worst_value is None

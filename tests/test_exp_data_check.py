@@ -1,3 +1,7 @@
+import math
+
+import torch
+
 
 from tests.tiny import blobs, context, mlp_setup
 from triage.experiments.data_check import DATA_CHECK, DataCheckParams
@@ -34,3 +38,27 @@ def test_validation_batches_are_checked_too():
     out = check(lambda: mlp_setup(val_batches=val))
     assert [(f.split, f.batch) for f in out.nonfinite] == [("val", 0)]
     assert out.first_bad_batch is None and out.train_nonfinite_count == 0  # no train batch is bad
+
+
+def test_the_first_nonfinite_value_is_named_with_its_place_and_the_example_s_dataset_index():
+    def indexed():
+        s = mlp_setup()
+        batches = [{"x": x.clone(), "y": y, "index": torch.arange(100 * i, 100 * i + len(y))}
+                   for i, (x, y) in enumerate(s.batches)]
+        batches[2]["x"][5, 1] = float("-inf")
+        batches[2]["x"][7, 0] = float("nan")
+        return s.model_copy(update={"batches": batches, "loss_fn": lambda m, b: m(b["x"]).sum()})
+
+    (found,) = check(indexed).nonfinite
+    assert (found.batch, found.key, found.first_index) == (2, "['x']", [5, 1])  # row-major: example 5 first
+    assert found.first_value == float("-inf") and found.sample_id == 205
+
+
+def test_without_indices_in_the_batch_no_dataset_index_is_claimed():
+    def plain():
+        s = mlp_setup()
+        s.batches[1][0][3, 0] = float("nan")
+        return s
+
+    (found,) = check(plain).nonfinite
+    assert found.first_index == [3, 0] and math.isnan(found.first_value) and found.sample_id is None
