@@ -170,7 +170,8 @@ def test_the_verdict_gives_the_fix_in_values_measured_by_its_replay(lr_too_high,
     assert f"loss {proof['outcome']['loss_end']:.4g} with the fix, {proof['outcome']['reference_end']:.4g} without" \
         in tried
     trial = report["fix_trial"]  # the same values, typed, in report.json
-    assert trial["changes"] == [{"setting": "learning rate", "key": "lr", "before": lr_before, "after": lr_after}]
+    assert trial["changes"] == [{"setting": "learning rate", "key": "lr", "before": lr_before, "after": lr_after,
+                                 "run_steps": None}]  # run_steps: skipped batches only (schema 1.8)
     assert trial["from_step"] == step and trial["loss_with_fix"] == proof["outcome"]["loss_end"]
 
 
