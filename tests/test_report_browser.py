@@ -182,3 +182,17 @@ def test_the_verdict_looks_like_its_kind(kind, tmp_path):
         assert "cause not found" in " ".join(first_line).lower()
     if kind == "inconclusive":
         assert "no verdict" in " ".join(first_line).lower()
+
+
+def test_a_bad_batch_is_shown_at_the_run_s_step_with_its_tensor_and_nothing_clipped(tmp_path):
+    """The zoo's bad_batch: the where line and the replay plots speak the run's steps; the longer axis
+    label fits its figure."""
+    from tests.test_e2e_zoo import triage_example
+
+    _, report, files = triage_example("bad_batch", tmp_path)
+    place = report.location.batch_place
+    seen = laid_out(files["html"], tmp_path)
+    assert seen["clipped"] == []
+    assert f"step {place.step} the run's training step of snapshot batch {place.batch}" in seen["text"]
+    assert f"tensor {place.tensor} holds" in seen["text"]
+    assert f"step of the run (the checkpoint's is {report.checkpoint.step})" in seen["text"]
