@@ -101,3 +101,24 @@ def _report_with(checkpoint: CheckpointInfo):
     from tests.test_report_render import crafted_report
 
     return crafted_report().model_copy(update={"checkpoint": checkpoint})
+
+
+def test_a_replay_that_went_non_finite_is_placed_at_the_run_s_step(tmp_path):
+    from triage.verdict import verdict_lines
+
+    _, report, files = triage_example("fp16_overflow", tmp_path)
+    baseline = report.experiment("baseline")
+    step = report.checkpoint.step + 1 + baseline.outcome["first_nonfinite_step"]
+    said = dict(verdict_lines(report))
+    assert f"non-finite at step {step} of the run" in said["Proof"]
+    assert f"non-finite at step {step} of the run" in files["md"].read_text()
+
+
+def test_the_terminal_names_the_bad_batch_by_step_and_tensor(tmp_path):
+    from triage.verdict import verdict_lines
+
+    _, report, _ = triage_example("bad_batch", tmp_path)
+    place = report.location.batch_place
+    assert dict(verdict_lines(report))["Where"].startswith(
+        f"step {place.step} of the run (snapshot batch {place.batch}: checkpoint step {report.checkpoint.step} + "
+        f"{place.batch + 1}): tensor [0] holds ")

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from triage.disagreements import FINDING_ID as DISAGREEMENT
 from triage.progress import figure, figure_words
+from triage.report.coordinates import batch_place, nonfinite_step_words, replay_offset
 from triage.report.fix_trial import tried
 from triage.report.model import Report
 
@@ -29,7 +30,7 @@ def where(report: Report, shown: int = 3) -> str:
     loc = report.location
     parts = [p for p in (loc.module, loc.op, loc.source) if p]
     if loc.batch is not None:
-        parts.append(f"batch {loc.batch}")
+        parts.append((loc.batch_place or batch_place(report, loc.batch)).words())
     if loc.rank is not None:
         parts.append(f"rank {loc.rank}")
     if loc.parameters:
@@ -51,19 +52,20 @@ def proof(report: Report) -> str:
         changed += f", {outcome['chosen']} chosen"
     against = report.experiment(outcome["against"]) if outcome.get("against") else None
     if against is None or "loss_end" not in outcome:
-        return f"{run.node}: {changed}: measured {_state(outcome)}"
-    before, after = _state(against.outcome or {}, outcome.get("reference_end")), _state(outcome)
+        return f"{run.node}: {changed}: measured {_state(outcome, at=replay_offset(report, [run]))}"
+    before = _state(against.outcome or {}, outcome.get("reference_end"), replay_offset(report, [against]))
+    after = _state(outcome, at=replay_offset(report, [run]))
     if before.startswith("end loss") and after.startswith("end loss"):
         after = after.removeprefix("end loss ")
     steps = f"; {outcome['steps_run']} steps" if outcome.get("steps_run") else ""
     return f"{run.node}: {changed}: {before} → {after} ({against.node}, as the run was → with the fix{steps})"
 
 
-def _state(outcome: dict[str, Any], end: Optional[Any] = None) -> str:
-    """How a replay ended: non-finite at step k, or its end loss."""
+def _state(outcome: dict[str, Any], end: Optional[Any] = None, at: Optional[int] = None) -> str:
+    """How a replay ended: non-finite at a step (the run's, where `at`, its step of replay step 0, is
+    known), or its end loss."""
     if outcome.get("finite") is False:
-        step = outcome.get("first_nonfinite_step")
-        return f"non-finite at step {step}" if step is not None else "non-finite"
+        return f"non-finite at {nonfinite_step_words(outcome.get('first_nonfinite_step'), at)}"
     end = end if end is not None else outcome.get("loss_end")
     return f"end loss {figure(end)}" if end is not None else "nothing measured"
 

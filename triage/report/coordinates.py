@@ -133,6 +133,14 @@ def replay_offset(report: "Report", runs: list["ExperimentRun"]) -> Optional[int
     return report.checkpoint.step + 1
 
 
+def nonfinite_step_words(step: Any, at: Optional[int]) -> str:
+    """Where a replay went non-finite: `step 9 of the run` (at: the run's step of replay step 0), else
+    `replay step 4` (counted from 0, as the outcome does); `an unknown step` where none was recorded."""
+    if not isinstance(step, int) or isinstance(step, bool):
+        return "an unknown step"
+    return f"step {at + step} of the run" if at is not None else f"replay step {step}"
+
+
 def step_axis(report: "Report") -> str:
     """The x label of a plot drawn at the run's steps."""
     return f"step of the run (the checkpoint's is {report.checkpoint.step})"

@@ -128,7 +128,8 @@ def fix_trial(proof: Optional[ExperimentRun], reference: Optional[ExperimentRun]
         loss_with_fix=_float(out.get("loss_end")),
         loss_without_fix=_float(out.get("reference_end")) if out.get("reference_end") is not None
         else _float((ref or {}).get("loss_end")),
-        without_nonfinite_step=(checkpoint_step or 0) + 1 + bad if isinstance(bad, int) and ref is not None
+        # The run's count where the start is known (a restart counts from 0); else no step is claimed.
+        without_nonfinite_step=step0 + 1 + bad if isinstance(bad, int) and step0 is not None and ref is not None
         and (ref or {}).get("finite") is False else None,
         fix_works=out.get("fix_works") if isinstance(out.get("fix_works"), bool) else None)
 

@@ -22,7 +22,7 @@ from triage.report.model import Report
 from triage.report.path import PathView, deciding_refs, path_view
 from triage.report.ranks import RankSection, rank_section
 from triage.report import labels
-from triage.report.coordinates import BatchPlace, batch_place, replay_offset, step_axis
+from triage.report.coordinates import BatchPlace, batch_place, nonfinite_step_words, replay_offset, step_axis
 from triage.report.fix_trial import FixTrial, tried
 from triage.report.kind import HEADINGS, verdict_kind
 from triage.report.words import describe_change, format_figure
@@ -351,7 +351,8 @@ def measured(report: Report, run: ExperimentRun, read: Optional[dict[str, Any]] 
         parts = [f"{len(values)} {'steps' if view.xlabel == 'step' else 'points'}"]
         if view.nonfinite_step:
             bad = outcome.get(view.nonfinite_step)
-            parts.append(f"non-finite at step {bad}" if bad is not None else "finite")
+            at = replay_offset(report, [run]) if _per_replay_step(view) else None
+            parts.append(f"non-finite at {nonfinite_step_words(bad, at)}" if bad is not None else "finite")
         start, end = (outcome.get(view.start) if view.start else None), (outcome.get(view.end) if view.end else None)
         if start is not None and end is not None:
             parts.append(f"{view.ylabel or view.field} {format_figure(plots.number(start))} → "
