@@ -47,7 +47,8 @@ class BatchScanOutcome(Outcome):
     worst_tensor: Optional[str] = Field(
         default=None, description="The tensor of the worst outlier (its dict key or tuple position) whose "
                                   "largest |value| stands out from the same tensor's in the other batches "
-                                  "(robust z above the threshold); None where no tensor does, or no outlier.")
+                                  "(robust z above the threshold); None where no tensor does, no outlier, or "
+                                  "the run is distributed (each rank scans its own batches).")
     worst_tensor_z: Optional[float] = Field(default=None, description="Its robust z-score (log largest |value|).")
     worst_value: Optional[float] = Field(default=None, description="Its value of largest magnitude.")
     worst_value_index: list[int] = Field(default_factory=list, description="Where that value is, e.g. [3, 17]: "
@@ -81,7 +82,10 @@ def measure(ctx: Context, p: BatchScanParams) -> BatchScanOutcome:
     outliers = [i for i, value in enumerate(z) if value > p.z_threshold and i not in nonfinite]
     candidates = outliers or list(range(len(z)))
     worst = max(candidates, key=lambda i: z[i]) if z else None
-    suspect = _suspect_tensor(session.batches[:len(losses)], worst, p) if outliers else {}
+    # One rank's batches: across ranks the worst batch index is reduced apart from these figures, so a
+    # distributed run names no tensor rather than one from another rank's batch.
+    suspect = _suspect_tensor(session.batches[:len(losses)], worst, p) if outliers and ctx.ranks.world_size == 1 \
+        else {}
     return BatchScanOutcome(
         losses=losses, grad_norms=norms, z_loss=z_loss, z_grad=z_grad, outliers=outliers,
         outlier_count=len(outliers), nonfinite_batches=nonfinite, nonfinite_count=len(nonfinite),
