@@ -180,6 +180,16 @@ def test_the_verdict_names_the_optimizer_whose_lr_is_the_fault(tmp_path):
     assert change.setting == "learning rate of 'D'" and change.before == pytest.approx(2.0)
 
 
+def test_a_flat_sum_of_several_optimizers_losses_is_said_to_be_no_plateau_by_itself(tmp_path):
+    """A healthy GAN's summed loss stays flat at its equilibrium: no fix verifies, and the report says why its
+    flat curve is no evidence (the verdict stays unexplained, low: triage cannot judge a GAN's health)."""
+    from tests._gan_tiny import gan_setup
+
+    report, _ = triage.run(lambda: gan_setup(lr=2e-4), None, out=tmp_path)
+    assert "several_objectives" in [f.id for f in report.findings]
+    assert report.confidence == "low"
+
+
 def test_a_second_optimizer_setup_did_not_hand_triage_is_named_not_ignored(tmp_path):
     from tests._gan_tiny import gan_setup
 

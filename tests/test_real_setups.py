@@ -424,3 +424,27 @@ def test_a_long_window_replays_the_lr_factor_the_search_chose():
     session.restore()
     with pytest.raises(NotApplicable, match="measured no LR factor"):
         REPLAY.measure(ctx, ReplayParams(steps=5, lr_factor_of="baseline", against="baseline"))
+
+
+def test_a_loop_bug_is_verified_by_the_reference_loop_before_it_says_high(tmp_path):
+    """Issue 20: a verdict from a direct check says "high" only once its own counterfactual verified it. A
+    train_step that never steps, on a run already converged: the bug is measured, but the reference loop
+    gains nothing there, so the verdict names the bug at medium; on a run that still has to learn, high."""
+    from tests._instrument_runs import classifier_setup
+
+    def never_steps(model, optimizer, batch):
+        optimizer.zero_grad()
+        loss = cross_entropy(model, batch)
+        loss.backward()
+        return loss.detach()
+
+    def factory():
+        return classifier_setup(lr=0.5, train_step=never_steps)
+
+    converged, _ = stock_checkpoint(tmp_path / "converged", lambda: classifier_setup(lr=0.5), 400)
+    early, _ = stock_checkpoint(tmp_path / "early", lambda: classifier_setup(lr=0.5), 3)
+    at_the_end, _ = triage.run(factory, converged, out=tmp_path / "r1")
+    still_learning, _ = triage.run(factory, early, out=tmp_path / "r2")
+    assert (at_the_end.root_cause, at_the_end.confidence) == ("loop_bug", "medium")
+    assert (still_learning.root_cause, still_learning.confidence) == ("loop_bug", "high")
+    assert still_learning.proof == "loop_fixed" and still_learning.fix_trial.changes[0].after.startswith("zero_grad")

@@ -121,6 +121,7 @@ def setup_facts(session: Session) -> SetupFacts:
         total_steps=s.total_steps, device_type=session.device.type,
         checkpoint_step=session.checkpoint.step if session.checkpoint else None,
         batch_count=len(session.batches),
+        optimizer_count=len(getattr(s.optimizer, "optimizers", None) or [s.optimizer]),
     )
 
 

@@ -130,3 +130,4 @@ class SetupFacts(BaseModel):
     device_type: str
     checkpoint_step: Optional[int]
     batch_count: int
+    optimizer_count: int = Field(default=1, description="Optimizers the run steps (Setup.optimizers: a GAN's 2).")

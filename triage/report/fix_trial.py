@@ -183,11 +183,12 @@ def _changes(out: dict[str, Any], params: dict[str, Any], ref: dict[str, Any], r
         if params.get(key) and not ref_params.get(key):
             changes.append(SettingChange(setting=setting, key=key, before="as the run", after=after))
     if params.get("loop") != ref_params.get("loop", params.get("loop")) and out.get("loop_used") != ref.get("loop_used"):
-        changes.append(SettingChange(setting="training step", key="loop", before=ref.get("loop_used"),
-                                     after=out.get("loop_used")))
+        changes.append(SettingChange(setting="training step", key="loop", before=_LOOPS.get(ref.get("loop_used")),
+                                     after=_LOOPS.get(out.get("loop_used"))))
     return changes
 
 
+_LOOPS = {"user": "your train_step", "reference": "zero_grad, forward, backward, step"}
 _INITS = {"checkpoint": "the checkpoint's weights", "setup": "setup()'s own init, redrawn", "default": "PyTorch's default init",
           "kaiming": "Kaiming init", "xavier": "Xavier init", "scaled": "scaled init"}
 
