@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.test_e2e_zoo import triage_example
-from triage.report.fix_trial import _INITS, _float
+from triage.report.fix_trial import _INITS, _float, tried
 from triage.zoo import load_example
 
 
@@ -70,3 +70,13 @@ def test_the_fix_is_shown_in_the_values_its_proof_replay_used(name, tmp_path):
     written = json.loads(files["json"].read_text())["fix_trial"]  # the same values, typed, in report.json
     assert written["changes"][0]["key"] == CASES[name] and written["changes"][0]["after"] == change.after
     assert change.words() in files["md"].read_text().replace("\\", "")
+
+
+def test_a_report_without_fix_trial_reads_the_run_s_weight_decay_from_its_path_or_keeps_the_factor(tmp_path):
+    # Schema 1.6 and before carry no fix_trial: it is worked out from the experiments. The run's weight
+    # decay is known there only where a decision on the path read setup.weight_decay; else the factor stays.
+    _, report, _ = triage_example("weight_decay_too_high", tmp_path)
+    old = report.model_copy(update={"fix_trial": None})
+    assert tried(old).changes[0].words() == "weight decay as the run → x0 of the run's"
+    read = old.decisions[-1].model_copy(update={"figures": {**old.decisions[-1].figures, "setup.weight_decay": 1.0}})
+    assert tried(old.model_copy(update={"decisions": old.decisions[:-1] + [read]})).changes == report.fix_trial.changes
