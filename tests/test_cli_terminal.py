@@ -210,17 +210,21 @@ def test_a_loop_bug_verdict_names_the_bug_and_where_train_step_is(leaky, project
     assert fix.startswith("Call optimizer.zero_grad() every step in train_step (terminal_entry.py:%d)" % line)
     assert "the gradients accumulate across steps" in fix
     assert _line(result, "Where") == f"terminal_entry.py:{line}"
-    assert _line(result, "Evidence").startswith('measured at loop, no fix replayed: "no: its gradients '
-                                                'accumulate across steps" (has train step, gradients accumulate)')
+    # the reference loop, replayed against this one, does not train clearly better on this tiny run: the bug is
+    # named as measured, at medium, and the evidence says its fix did not verify
+    assert _line(result, "Evidence").startswith('measured at loop, its fix replayed at loop_fixed did not verify: '
+                                                '"no: a bug in it (which one below)" (has train step, gradients '
+                                                'accumulate)')
+    assert "loop_bug, medium confidence" in _said(result)
 
 
 def test_verbose_adds_the_raw_figures_and_the_branch_condition(leaky):
     quiet, verbose = _said(leaky()), _said(leaky("--verbose"))
     raw = "loop.has_train_step=true"
     assert raw not in quiet and raw in verbose
-    assert "loop_diff" in verbose and "[loop.has_train_step and loop.grads_accumulate]" in verbose
-    assert "! loop Does the run's own train_step do what the reference loop does? no: its gradients accumulate" \
-        in verbose
+    assert "loop_diff" in verbose and "[loop.grads_accumulate]" in verbose
+    assert "! loop Does the run's own train_step do what the reference loop does? no: a bug in it" in verbose
+    assert "loop_which its gradients accumulate across steps" in verbose
 
 
 def test_version_prints_the_installed_version():

@@ -47,6 +47,9 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
 
     leaf: LeafNode = walk.leaf if walk.leaf is not None else _unfinished(walk)
     held = _held_findings(playbook, walk)
+    # A proof whose fix did not verify (a loop bug the reference loop did not clearly beat) is evidence only.
+    unverified = leaf.proof in walk.runs and getattr(walk.outcomes.get(leaf.proof), "fix_works", None) is False
+    proof = leaf.proof if leaf.proof in walk.runs and not unverified else None
     report = Report(
         status=walk.status,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -55,8 +58,8 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         confidence=min([walk.confidence] + [f.confidence for f in held if f.confidence],
                        key=CONFIDENCE_ORDER.index),
         fix=leaf.fix_text(walk.lookup),
-        proof=leaf.proof if leaf.proof in walk.runs else None,
-        evidence=[n for n in leaf.evidence if n in walk.runs],
+        proof=proof,
+        evidence=[n for n in leaf.evidence if n in walk.runs] + ([leaf.proof] if unverified else []),
         location=_location(leaf, walk),
         findings=[FindingRecord(id=f.id, text=f.text, evidence=[n for n in f.evidence if n in walk.runs])
                   for f in held] + _session_findings(session),
