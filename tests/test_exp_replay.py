@@ -140,3 +140,26 @@ def test_setup_rejects_a_wrong_field():
     with pytest.raises(pydantic.ValidationError, match="grad_clip"):
         mlp_setup(grad_clip=-1.0)
     assert isinstance(mlp_setup(), triage.Setup)
+
+
+def test_a_fix_is_extended_against_a_restart_that_fell_only_to_chance_level():
+    """Issue 26's 8M LR fault: the restart at the run's LR fell from 18 to chance level (a 64% drop, read as
+    learning), so the restart at lr x0.01, past chance at step 40 but not yet 20% below, was never extended."""
+    from triage.experiments.levels import loss_levels
+    from triage.experiments.replay import ReplayOutcome, _Trace, _worth_extending
+
+    ctx = context(mlp_setup)
+    nothing = loss_levels(ctx.session).nothing_learned
+    fell_to_chance = ReplayOutcome.model_construct(finite=True, loss_start=18.0, loss_end=1.04 * nothing,
+                                                   loss_ratio=1.04 * nothing / 18.0, level_ratio=1.04,
+                                                   steps_run=40)
+    learned = ReplayOutcome.model_construct(**{**fell_to_chance.__dict__, "loss_end": 0.5 * nothing,
+                                               "level_ratio": 0.5})
+    ctx.outcomes["restart"] = fell_to_chance
+    params = ReplayParams(steps=40, extend_to=120, against="restart")
+    past_chance = _Trace(start_weights=[], weight_norm_start=1.0, losses=[nothing] * 8 + [0.85 * nothing] * 32)
+    at_chance = _Trace(start_weights=[], weight_norm_start=1.0, losses=[18.0] * 8 + [1.03 * nothing] * 32)
+    assert _worth_extending(past_chance, ctx, params)
+    assert not _worth_extending(at_chance, ctx, params)  # it fell to chance as the restart did: no more steps
+    ctx.outcomes["restart"] = learned  # a reference that learned: a slow fix is judged where it stands
+    assert not _worth_extending(past_chance, ctx, params)

@@ -270,17 +270,22 @@ def _own_loop(setup, p: ReplayParams, other_loss: bool) -> tuple[bool, Optional[
 
 def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
     """After `steps`: the fix is not verified yet, but it learns (its loss down 5%) where the run it is
-    paired with did not (down less than 10%, or not finite, or down only to 90% of the loss of learning
-    nothing or above: a restart at a blown-up LR falls from its init's 18 to chance level, and stays)."""
+    paired with did not: down less than 10%, or not finite, or down only to chance level (90% of the loss
+    of learning nothing or above: a restart at a blown-up LR falls from its init's 18 there, and stays)
+    while the fix already learns past it (under 90% of that loss)."""
     reference = ctx.outcomes.get(p.against) if p.against else None
     if reference is None or p.extend_to <= p.steps or trace.first_bad is not None:
-        return False
-    learned_nothing = reference.level_ratio is not None and reference.level_ratio > p.level_margin
-    if reference.finite and reference.loss_ratio is not None and reference.loss_ratio < 0.9 and not learned_nothing:
         return False
     start, end = start_end(trace.losses)
     if start is None or end is None or not start > 0 or end > 0.95 * start:
         return False
+    if reference.finite and reference.loss_ratio is not None and reference.loss_ratio < 0.9:
+        # The reference fell: worth extending only where it fell no further than chance level and the fix
+        # already learns past it (a restart at the same blown-up LR falls from 18 to chance level too).
+        nothing = loss_levels(ctx.session).nothing_learned
+        learned_nothing = reference.level_ratio is not None and reference.level_ratio > p.level_margin
+        if not learned_nothing or not nothing or nothing <= 0 or end / nothing > p.level_margin:
+            return False
     return not verification(finite=True, loss_start=start, loss_end=end, reference=reference, against=p.against,
                             levels=loss_levels(ctx.session), margin=p.margin,
                             level_margin=p.level_margin)["fix_works"]
