@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 
 
 def _capture_rank(session: Session) -> dict[str, Optional[int]]:
-    """The rank that wrote the capture and the world size, as its manifest recorded them."""
+    """The rank that wrote the capture, the world size and the steps its batches were used at, as its
+    manifest recorded them."""
     from triage.flight.manifest import read_manifest
 
     folder = session.checkpoint.capture_dir if session.checkpoint else None
@@ -91,7 +92,6 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         report = report.model_copy(update={"location": report.location.model_copy(
             update={"batch_place": batch_place(report, report.location.batch)})})
     return report.model_copy(update={"fix_trial": tried(report, walk.setup_facts.weight_decay)})
-
 
 
 def _views(playbook: Playbook, walk: Walk) -> dict[str, list]:
