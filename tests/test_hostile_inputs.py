@@ -303,25 +303,20 @@ def test_user_text_is_escaped_and_bidi_controls_are_neutralised(project):
     assert "\u27e8U+202E\u27e9" in (project / "out" / "report.html").read_text()
 
 
-def slow_run(project: Path, **extra) -> subprocess.Popen:
+def slow_run(project: Path, output: str = "quiet", **extra) -> subprocess.Popen:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, "-m", "triage", "run", "--entry", "hostile_entry:setup", "--checkpoint",
-                             "ckpt.pt", "--playbook", "slow.yaml", "--out", "out", "--output", "quiet"],
+                             "ckpt.pt", "--playbook", "slow.yaml", "--out", "out", "--output", output],
                             cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **extra)
 
 
 def test_ctrl_c_mid_walk_writes_a_report_marked_interrupted_with_what_was_measured(project):
     (project / "slow.yaml").write_text(short_with(long_steps=100_000))
     before = digest(project)
-    proc = slow_run(project)
-    deadline = time.time() + 120
-    while time.time() < deadline:  # report.json is rewritten after every experiment
-        try:
-            if len(report(project)["experiments"]) >= 3:
-                break
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.2)
+    proc = slow_run(project, output="jsonl")
+    for line in proc.stdout:  # Ctrl-C once the long replay has started (its start is an event of the jsonl output)
+        if '"event": "started"' in line and '"node": "second"' in line:
+            break
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
