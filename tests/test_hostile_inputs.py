@@ -313,7 +313,9 @@ def slow_run(project: Path, output: str = "quiet", **extra) -> subprocess.Popen:
 def test_ctrl_c_mid_walk_writes_a_report_marked_interrupted_with_what_was_measured(project):
     (project / "slow.yaml").write_text(short_with(long_steps=100_000))
     before = digest(project)
-    proc = slow_run(project, output="jsonl")
+    # Ctrl-C as a terminal sends it, whatever this test inherited: a shell that starts a job in the background
+    # (`.ci/run &`) ignores SIGINT for it, and an ignored SIGINT stays ignored in every child.
+    proc = slow_run(project, output="jsonl", preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     for line in proc.stdout:  # Ctrl-C once the long replay has started (its start is an event of the jsonl output)
         if '"event": "started"' in line and '"node": "second"' in line:
             break
