@@ -279,16 +279,16 @@ def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
     start, end = start_end(trace.losses)
     if start is None or end is None or not start > 0 or end > 0.95 * start:
         return False
+    levels = loss_levels(ctx.session)
     if reference.finite and reference.loss_ratio is not None and reference.loss_ratio < 0.9:
         # The reference fell: worth extending only where it fell no further than chance level and the fix
         # already learns past it (a restart at the same blown-up LR falls from 18 to chance level too).
-        nothing = loss_levels(ctx.session).nothing_learned
+        nothing = levels.nothing_learned
         learned_nothing = reference.level_ratio is not None and reference.level_ratio > p.level_margin
         if not learned_nothing or not nothing or nothing <= 0 or end / nothing > p.level_margin:
             return False
     return not verification(finite=True, loss_start=start, loss_end=end, reference=reference, against=p.against,
-                            levels=loss_levels(ctx.session), margin=p.margin,
-                            level_margin=p.level_margin)["fix_works"]
+                            levels=levels, margin=p.margin, level_margin=p.level_margin)["fix_works"]
 
 
 def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep_going,
