@@ -446,5 +446,7 @@ def test_a_loop_bug_is_verified_by_the_reference_loop_before_it_says_high(tmp_pa
     at_the_end, _ = triage.run(factory, converged, out=tmp_path / "r1")
     still_learning, _ = triage.run(factory, early, out=tmp_path / "r2")
     assert (at_the_end.root_cause, at_the_end.confidence) == ("loop_bug", "medium")
+    assert (at_the_end.proof, at_the_end.unverified_proof) == (None, "loop_fixed")  # replayed, not verified
+    assert "the fix was replayed (`loop_fixed`) but did not verify" in (tmp_path / "r1" / "summary.md").read_text()
     assert (still_learning.root_cause, still_learning.confidence) == ("loop_bug", "high")
     assert still_learning.proof == "loop_fixed" and still_learning.fix_trial.changes[0].after.startswith("zero_grad")

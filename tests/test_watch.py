@@ -70,10 +70,12 @@ def test_a_run_diverging_beside_the_watcher_gets_its_report_and_then_receives_it
         step = int(run.stdout.split("captured at step ")[1].split()[0])
         assert step > 40, "the LR jumps at step 40: the run diverges after it"
         received = wait_for(lambda: lines(then_log), "--then to run")
+        capture = caps / f"capture-{step:07d}-spike"
+        # the watcher records the capture done after its --then returns: wait for that before stopping it
+        wait_for(lambda: state(caps).get(capture.name, {}).get("status") == "done", "the capture recorded done")
     finally:
         watch.terminate()
         watch.wait(30)
-    capture = caps / f"capture-{step:07d}-spike"
     report_html, root_cause, confidence, then_step = received[0].split("|")
     assert Path(report_html) == capture.parent / f"{capture.name}.report" / "report.html"
     assert Path(report_html).is_file() and root_cause == "lr_too_high" and then_step == str(step)
@@ -165,7 +167,8 @@ def test_only_rank_0_launches_the_triage_of_its_capture(tmp_path, monkeypatch):
     launch(tmp_path / "capture-0000043-spike", "mymod:setup", now, rank=0)
     (argv, kwargs), = started.calls
     assert argv[3:8] == ["watch", str(tmp_path), "--once", "--only", "capture-0000043-spike"]
-    assert kwargs["start_new_session"] is True and kwargs["preexec_fn"] is not None  # detached, niced
+    assert kwargs["start_new_session"] is True and "preexec_fn" not in kwargs  # detached; nothing runs in training
+    assert argv[argv.index("--nice") + 1] == str(now.nice)  # the watcher nices the triage it starts
 
 
 def test_a_healthy_run_with_the_setting_starts_nothing(tmp_path, monkeypatch):
@@ -229,7 +232,8 @@ def test_the_lightning_callback_with_triage_on_capture_triages_its_own_capture(t
     assert Path(report_html) == capture.parent / f"{capture.name}.report" / "report.html"
     report = json.loads((Path(report_html).parent / "report.json").read_text())
     assert (report["status"], report["root_cause"], root_cause) == ("complete", "lr_too_high", "lr_too_high")
-    assert state(capture.parent)[capture.name]["status"] == "done"
+    wait_for(lambda: state(capture.parent).get(capture.name, {}).get("status") == "done",
+             "the capture recorded done (after its --then returns)")
 
 
 def test_the_trainer_callback_refuses_the_setting_without_an_entry(tmp_path):
@@ -239,4 +243,7 @@ def test_the_trainer_callback_refuses_the_setting_without_an_entry(tmp_path):
 
     with pytest.raises(triage.TriageError, match="Expected an entry for triage_on_capture"):
         TriageCallback(dir=tmp_path, triage_on_capture=True)
-    assert TriageCallback(dir=tmp_path, triage_on_capture="mymod:make_trainer").triage_on_capture
+    from triage.flight.autotriage import auto_triage
+
+    callback = TriageCallback(dir=tmp_path, triage_on_capture="mymod:make_trainer")
+    assert auto_triage(callback.triage_on_capture, None).entry == "mymod:make_trainer"

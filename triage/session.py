@@ -148,8 +148,8 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
     Memory: the checkpoint's tensors are loaded into the model and optimizer and then dropped (the
     optimizer keeps the loaded moments themselves); the snapshot is the one other copy of the state."""
     light = checkpoint.without_tensors() if checkpoint is not None else None
-    if checkpoint is not None and checkpoint.capture_dir is not None:
-        triaging(checkpoint.capture_dir)  # setup() may then call triage.load_batches() without a path
+    # setup() may call triage.load_batches() without a path: the capture being triaged, if any
+    triaging(checkpoint.capture_dir if checkpoint is not None else None)
     factory = derived_factory(factory, light)
     seed_everything(seed)
     setup = call_setup(factory, entry)

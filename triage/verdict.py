@@ -74,15 +74,14 @@ def _evidence(report: Report) -> str:
     """No fix was replayed for this verdict: what the evidence measured, from the last evidence node whose
     branch found something (the first evidence node where none did, as for a healthy run)."""
     decisions = {d.node: d for d in report.decisions}
-    unverified = [n for n in report.evidence if (getattr(report.experiment(n), "outcome", None) or {}).get(
-        "fix_works") is False]  # a fix replayed for this verdict that did not verify (a loop bug's)
-    found = [decisions[n] for n in report.evidence if n in decisions and n not in unverified]
+    unverified = report.unverified_proof  # a fix replayed for this verdict that did not verify (a loop bug's)
+    found = [decisions[n] for n in report.evidence if n in decisions and n != unverified]
     decision = next((d for d in reversed(found) if d.when is not None), found[0] if found else None)
     if decision is None:
         return "no experiment to show"
     figures = figure_words(decision, decision.node)
     said = f' "{decision.answer}"' if decision.answer else ""
-    how = f"its fix replayed at {unverified[0]} did not verify" if unverified else "no fix replayed"
+    how = f"its fix replayed at {unverified} did not verify" if unverified else "no fix replayed"
     return f"measured at {decision.node}, {how}:{said}" + (f" ({figures})" if figures else "")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -74,7 +75,7 @@ def watch_argv(capture: Path, entry: Optional[str], setting: AutoTriage) -> list
     """`triage watch` for this one capture, as the detached process runs it."""
     capture = Path(capture).absolute()
     argv = [sys.executable, "-m", "triage", "watch", str(capture.parent), "--once", "--only", capture.name,
-            "--nice", "0"]  # the launch itself is niced; the watcher's own child inherits it
+            "--nice", str(setting.nice)]  # the watcher nices its triage; nothing runs in the training process
     if entry:
         argv += ["--entry", entry]
     if setting.out is not None:
@@ -96,21 +97,21 @@ def launch(capture: Path, entry: Optional[str], setting: AutoTriage, rank: Optio
         return
     argv = watch_argv(capture, entry, setting)
     if setting.when == "now":
-        _start(argv, capture, setting.nice)
+        _start(argv, capture)
     else:
-        atexit.register(_start, argv, capture, setting.nice)
+        atexit.register(_start, argv, capture)
         log.warning("triage: the triage of %s starts when this process exits", capture)
 
 
-def _start(argv: list[str], capture: Path, nice: int) -> None:
+def _start(argv: list[str], capture: Path) -> None:
     log_path = Path(capture).absolute().parent / f"{Path(capture).name}.launch.log"
     try:
         with open(log_path, "ab") as out:
+            # no preexec_fn: it would run in the (multi-threaded) training process between fork and exec
             process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True, cwd=os.getcwd(),
-                                       preexec_fn=(lambda: os.nice(nice)) if nice else None)
+                                       start_new_session=True, cwd=os.getcwd())
     except OSError as exc:
         log.error("triage: could not start the triage of %s (%s); run it by hand: %s", capture,
-                  exc.strerror or exc, " ".join(argv[2:]))
+                  exc.strerror or exc, shlex.join(argv[2:]))
         return
     log.warning("triage: triaging %s in process %d (log: %s)", capture, process.pid, log_path)

@@ -93,10 +93,11 @@ def read_manifest(folder: Path) -> CaptureManifest:
 _triaged: Optional[Path] = None  # the capture this process is triaging (set before setup() is called)
 
 
-def triaging(folder: Path) -> None:
-    """Name the capture this process triages: `load_batches()` without a path then loads its batches."""
+def triaging(folder: Optional[Path]) -> None:
+    """Name the capture this process triages: `load_batches()` without a path then loads its batches (None:
+    no capture, so a second triage in the same process never reads the first one's)."""
     global _triaged
-    _triaged = Path(folder)
+    _triaged = Path(folder) if folder is not None else None
 
 
 def load_batches(capture_dir: Optional[Path] = None, trusted: bool = False) -> list[Any]:

@@ -59,7 +59,7 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         confidence=min([walk.confidence] + [f.confidence for f in held if f.confidence],
                        key=CONFIDENCE_ORDER.index),
         fix=leaf.fix_text(walk.lookup),
-        proof=proof,
+        proof=proof, unverified_proof=leaf.proof if unverified else None,
         evidence=[n for n in leaf.evidence if n in walk.runs] + ([leaf.proof] if unverified else []),
         location=_location(leaf, walk),
         findings=[FindingRecord(id=f.id, text=f.text, evidence=[n for n in f.evidence if n in walk.runs])

@@ -124,13 +124,15 @@ def _outlier_in(experiments: list["ExperimentRun"], batch: int) -> dict[str, Any
 def replay_offset(report: "Report", runs: list["ExperimentRun"]) -> Optional[int]:
     """The run's step of replay step 0 (checkpoint + 1) where every run drawn on one axis continues from the
     checkpoint; None where the step is unknown or one of them restarted from a fresh initialisation."""
-    if report.checkpoint.step is None:
+    if report.checkpoint.step is None or any(restarted(run) for run in runs):
         return None
-    for run in runs:
-        chosen = (run.outcome or {}).get("chosen")
-        if run.params.get("init", "checkpoint") != "checkpoint" or (isinstance(chosen, str) and chosen.startswith("init=")):
-            return None
     return report.checkpoint.step + 1
+
+
+def restarted(run: "ExperimentRun") -> bool:
+    """The replay started from a fresh initialisation (its own, or the init a search chose), not the checkpoint."""
+    chosen = (run.outcome or {}).get("chosen")
+    return run.params.get("init", "checkpoint") != "checkpoint" or (isinstance(chosen, str) and chosen.startswith("init="))
 
 
 def nonfinite_step_words(step: Any, at: Optional[int]) -> str:

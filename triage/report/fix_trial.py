@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from triage.records import ExperimentRun
-from triage.report.coordinates import batch_step
+from triage.report.coordinates import batch_step, restarted as started_fresh
 
 if TYPE_CHECKING:
     from triage.report.model import Report
@@ -115,21 +115,22 @@ def fix_trial(proof: Optional[ExperimentRun], reference: Optional[ExperimentRun]
     out, params = proof.outcome, proof.params
     ref = reference.outcome if reference is not None and reference.node != proof.node else None
     ref_params = reference.params if ref is not None else {}
-    restarted = params.get("init", "checkpoint") != "checkpoint" or str(out.get("chosen", "")).startswith("init=")
+    restarted = started_fresh(proof)
     changes = _changes(out, params, ref or {}, ref_params, experiments, run_precision,
                        lambda i: batch_step(i, checkpoint_step, batch_steps)[0], run_weight_decay)
     if not changes and ref is None:
         return None
     step0 = 0 if restarted else checkpoint_step
     bad = (ref or {}).get("first_nonfinite_step")
+    ref_step0 = (0 if started_fresh(reference) else checkpoint_step) if ref is not None else None
     return FixTrial(
         node=proof.node, against=reference.node if ref is not None else None, changes=changes,
         from_step=step0, restarted=restarted, steps=_int(out.get("steps_run")),
         loss_with_fix=_float(out.get("loss_end")),
         loss_without_fix=_float(out.get("reference_end")) if out.get("reference_end") is not None
         else _float((ref or {}).get("loss_end")),
-        # The run's count where the start is known (a restart counts from 0); else no step is claimed.
-        without_nonfinite_step=step0 + 1 + bad if isinstance(bad, int) and step0 is not None and ref is not None
+        # The run's count where the reference's start is known (a restart counts from 0); else no step is claimed.
+        without_nonfinite_step=ref_step0 + 1 + bad if isinstance(bad, int) and ref_step0 is not None
         and (ref or {}).get("finite") is False else None,
         fix_works=out.get("fix_works") if isinstance(out.get("fix_works"), bool) else None)
 

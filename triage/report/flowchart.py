@@ -48,14 +48,6 @@ class Box:
     h: float = RUN_H
 
     @property
-    def shown_id(self) -> str:  # whole: the box is as wide as it needs (_fitted_width)
-        return self.id
-
-    @property
-    def shown_label(self) -> str:
-        return self.label
-
-    @property
     def left(self) -> float:
         return self.x - self.w / 2
 

@@ -126,6 +126,9 @@ class Report(_Frozen):
     confidence: Literal["high", "medium", "low"]
     fix: str
     proof: Optional[str] = Field(default=None, description="Node id of the experiment that applied the fix.")
+    unverified_proof: Optional[str] = Field(
+        default=None, description="Node id of the experiment that applied the fix where it did not verify (a loop "
+                                  "bug the reference loop did not clearly beat): evidence, not proof.")
     fix_trial: Optional[FixTrial] = Field(
         default=None, description="The proof's replay in values: each setting before and after, the step it was "
                                   "tried from, and the loss with the fix against without it (schema 1.7).")

@@ -69,8 +69,3 @@ def describe_change(key: str, value: Any) -> str:
         return _CHANGES[key](value) if key in _CHANGES else f"{key}={format_figure(value)}"
     except (TypeError, ValueError):
         return f"{key}={format_figure(value)}"
-
-
-def figure_name(key: str, node: str) -> str:
-    """`baseline.finite` read at node baseline is its own `finite`; another node's keeps its prefix."""
-    return key[len(node) + 1:] if key.startswith(node + ".") else key

@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from triage.distributed.launch import EXIT_STOPPED  # `triage run` stopped before a leaf: the report is still written
 from triage.errors import TriageError
-from triage.flight.manifest import CaptureManifest, is_capture, read_manifest
+from triage.flight.manifest import MANIFEST, CaptureManifest, is_capture, read_manifest
 from triage.watch.hook import run_then
 from triage.watch.state import MAX_ATTEMPTS, StateFile
 
 log = logging.getLogger("triage.watch")
 
 REPORT_SUFFIX = ".report"
-EXIT_STOPPED = 3  # `triage run`: the walk stopped (distributed); the report is still written
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,15 @@ def finished_captures(root: Path, only: Optional[str] = None) -> list[Path]:
     except OSError as exc:
         raise TriageError(f"Expected to list DIR '{root}', found it unreadable ({exc.strerror or exc}).") from None
     done = [p for p in folders if is_capture(p)]
-    return sorted(done, key=lambda p: ((p / "manifest.json").stat().st_mtime, p.name))
+    return sorted(done, key=lambda p: (_written_at(p), p.name))
+
+
+def _written_at(capture: Path) -> float:
+    """When the capture's manifest was written; a capture deleted meanwhile sorts last (and is skipped later)."""
+    try:
+        return (capture / MANIFEST).stat().st_mtime
+    except OSError:
+        return float("inf")
 
 
 class Watcher:
