@@ -163,3 +163,24 @@ def test_a_fix_is_extended_against_a_restart_that_fell_only_to_chance_level():
     assert not _worth_extending(at_chance, ctx, params)  # it fell to chance as the restart did: no more steps
     ctx.outcomes["restart"] = learned  # a reference that learned: a slow fix is judged where it stands
     assert not _worth_extending(past_chance, ctx, params)
+
+
+def test_a_restart_that_holds_at_chance_where_its_reference_blew_up_gets_more_steps():
+    """Issue 26 on an H200: the 300M LR fault was `unexplained`. Its restart at lr 3.2e-5 sat at chance at step
+    40 (6.06 against 6.17; the sweep shows it at 4.70 by step 80) while the restart at the run's LR ended at
+    18.7, three times chance: the fix had not learned 5% yet, so it was never extended."""
+    from triage.experiments.levels import loss_levels
+    from triage.experiments.replay import BLOWN_UP, ReplayOutcome, _Trace, _worth_extending
+
+    ctx = context(mlp_setup)
+    nothing = loss_levels(ctx.session).nothing_learned
+    blown_up = ReplayOutcome.model_construct(finite=True, loss_start=7.5 * nothing, loss_end=3 * nothing,
+                                             loss_ratio=0.4, level_ratio=3.0, steps_run=40)
+    ctx.outcomes["restart"] = blown_up
+    params = ReplayParams(steps=40, extend_to=120, against="restart")
+    at_chance = _Trace(start_weights=[], weight_norm_start=1.0, losses=[1.01 * nothing] * 8 + [0.98 * nothing] * 32)
+    above_chance = _Trace(start_weights=[], weight_norm_start=1.0, losses=[1.2 * nothing] * 40)
+    assert _worth_extending(at_chance, ctx, params)
+    assert not _worth_extending(above_chance, ctx, params)  # not held at chance: nothing to wait for
+    ctx.outcomes["restart"] = blown_up.model_copy(update={"loss_end": 1.2 * nothing, "level_ratio": 1.2})
+    assert BLOWN_UP > 1.2 and not _worth_extending(at_chance, ctx, params)  # the reference did not blow up
