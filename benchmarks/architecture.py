@@ -11,6 +11,9 @@ What each row counts:
   takes `triage.report`'s floor unless it has an entry of its own). FLOORS names the modules of both the
   flat layout (before issue 24) and the layout by layer, so the same script measures either tree.
   A module that no entry covers is printed as `unassigned` and counted as one.
+- folders across floors: the package's folders (below triage/) whose own modules sit on more than one floor
+  (`distributed/` held launch, checkpoint, replay and report code); and the modules flat in triage/ that
+  are not foundations (`__main__.py` must stay there for `python -m triage`).
 - arrows up: imports (at any depth of the file: lazy imports inside functions count; `if TYPE_CHECKING:`
   blocks do not) from a module on a lower floor to one on a higher floor. `--list` names each.
 - circles: strongly connected components of more than one module in the graph of those imports
@@ -272,6 +275,14 @@ def main(argv: Optional[list[str]] = None) -> None:
     mods = modules(root)
     graph = imports(mods)
     floors = Counter(floor_of(m) for m in mods)
+    flat = [m for m, p in mods.items() if p.parent == root and m != "triage"]
+    flat_above = [m for m in flat if floor_of(m) != "foundation"]
+    by_folder: dict[str, set[str]] = {}
+    for m, p in mods.items():
+        if p.parent != root:  # a module in a folder below triage/: its folder is the one that holds it
+            folder = str(p.parent.relative_to(root.parent))
+            by_folder.setdefault(folder, set()).add(floor_of(m))
+    spanning = sorted((f, fl) for f, fl in by_folder.items() if len(fl) > 1)
     up = arrows_up(graph)
     loops = circles(graph)
     files, calls_up = checkpoint_path(mods, root, args.example)
@@ -284,7 +295,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         ("rooms (modules)", f"{len(mods)}"),
         ("floors", f"{len([f for f in FLOOR_ORDER if floors[f]])} used of {len(FLOOR_ORDER)}: "
                    + ", ".join(f"{f} {floors[f]}" for f in (*FLOOR_ORDER, "unassigned") if floors[f])),
-        ("modules flat in triage/", f"{sum(1 for m, p in mods.items() if p.parent == root and m != 'triage')}"),
+        ("modules flat in triage/", f"{len(flat)}, {len(flat_above)} of them above the foundation"
+                                     + (f" ({', '.join(flat_above)})" if flat_above else "")),
+        ("folders across floors", f"{len(spanning)}" + (": " + "; ".join(
+            f"{folder} ({', '.join(sorted(fl, key=rank))})" for folder, fl in spanning) if spanning else "")),
         ("arrows up (imports)", f"{len(up)}"),
         ("circles (import SCCs)", f"{len(loops)}" + (": " + "; ".join(" <-> ".join(c) for c in loops) if loops else "")),
         (f"checkpoint -> Session ({args.example})", f"{len(files)} files, {sum(calls_up.values())} calls up a floor"),
