@@ -9,9 +9,9 @@ from torch import nn
 
 import triage
 from tests.tiny import cross_entropy
-from triage.checkpoint import read_checkpoint
 from triage.flight.memory import BatchRing, cpu_copy
 from triage.flight.triggers import TriggerSettings, TriggerWatch
+from triage.load.checkpoint import read_checkpoint
 
 
 def watch_losses(losses, grad_norms=None, **settings):

@@ -12,16 +12,16 @@ import pydantic
 import torch
 
 from triage.causes import ROOT_CAUSES
-from triage.disagreements import FINDING_ID as DISAGREEMENT, finding_text
-from triage.distributed.describe import distributed_info
-from triage.engine import CONFIDENCE_ORDER, Walk
-from triage.playbook import Playbook, parse_condition
-from triage.playbook.schema import DecisionNode, DifferentialNode, Finding, LeafNode
+from triage.load.disagreements import FINDING_ID as DISAGREEMENT, finding_text
+from triage.report.distributed import distributed_info
+from triage.walk.engine import CONFIDENCE_ORDER, Walk
+from triage.walk.playbook import Playbook, parse_condition
+from triage.walk.playbook.schema import DecisionNode, DifferentialNode, Finding, LeafNode
 from triage.report.coordinates import batch_place
 from triage.report.fix_trial import tried
 from triage.report.model import (CheckpointInfo, Environment, FindingRecord, Flowchart, GraphCandidate,
                                  GraphEdge, GraphNode, Location, Report)
-from triage.session import Session
+from triage.load.session import Session
 
 log = logging.getLogger(__name__)
 
