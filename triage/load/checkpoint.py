@@ -12,6 +12,11 @@ Layouts understood (DESIGN §1):
 - a torch.distributed.checkpoint folder (`.metadata`): loaded in place onto the model setup() built
   (triage/load/dcp.py). A path with `{rank}` in it names one file per rank.
 
+`read_checkpoint` is the one place a layout is recognised: what comes after reads the typed Checkpoint
+(a capture's manifest included) instead of recognising it again. Read later from the files: a DCP
+folder's tensors (loaded in place once setup() has built the model, dcp.py) and a capture's batches
+(`load_batches`, which setup() may call itself).
+
 Files are opened read-only with `torch.load(weights_only=True)` unless the user trusts them.
 """
 
@@ -25,13 +30,13 @@ import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import torch
 
 from triage.load.dcp import is_dcp_folder, read_dcp_layout, read_dcp_step
 from triage.errors import CheckpointError
-from triage.flight.manifest import HISTORY, is_capture, read_manifest
+from triage.flight.manifest import HISTORY, CaptureManifest, is_capture, read_manifest
 from triage.load.history import HistoryPoint, history_from_log_entries, history_from_value, read_history_file
 from triage.ties import fill_tied_keys
 
@@ -41,11 +46,15 @@ _MODEL_KEYS = ("model", "model_state_dict", "state_dict")
 _OPTIMIZER_KEYS = ("optimizer", "optimizer_state_dict")
 
 
+# What read_checkpoint recognised; a capture folder keeps the layout of the checkpoint inside it.
+Layout = Literal["dict", "state_dict", "module", "lightning", "huggingface", "dcp"]
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """The parts of a checkpoint; any but `model_state` may be missing."""
 
-    layout: str
+    layout: Layout
     model_state: dict[str, torch.Tensor]
     optimizer_state: Optional[dict[str, Any]] = None
     scheduler_state: Optional[dict[str, Any]] = None
@@ -58,6 +67,7 @@ class Checkpoint:
     hyper_parameters: dict[str, Any] = field(default_factory=dict)  # a Lightning module's saved hparams
     datamodule_hyper_parameters: dict[str, Any] = field(default_factory=dict)
     capture_dir: Optional[Path] = None  # the capture folder this checkpoint came from, if any
+    manifest: Optional[CaptureManifest] = None  # that capture's manifest, read here once for every reader
     folder: Optional[Path] = None  # a DCP folder: loaded in place, onto the model and optimizer setup() built
 
     def without_tensors(self) -> "Checkpoint":
@@ -274,7 +284,7 @@ def _read_capture(folder: Path, trusted: bool) -> Checkpoint:
         except CheckpointError as exc:  # e.g. a Trainer whose custom loss the recorder could not see
             log.warning("capture %s: no loss history (%s)", folder, exc)
     return dataclasses.replace(checkpoint, step=manifest.checkpoint_step, step_source="the capture's manifest",
-                               history=history, capture_dir=folder.absolute())
+                               history=history, capture_dir=folder.absolute(), manifest=manifest)
 
 
 def _read_hf_folder(folder: Path, trusted: bool) -> Checkpoint:

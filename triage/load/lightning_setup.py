@@ -27,7 +27,7 @@ import torch
 
 from triage.contract import Setup
 from triage.errors import SetupError
-from triage.flight.manifest import CaptureManifest, load_batches, read_manifest
+from triage.flight.manifest import CaptureManifest, load_batches
 from triage.integrations.runinfo import triage_clip, triage_precision
 from triage.load.checkpoint import Checkpoint
 
@@ -277,7 +277,7 @@ def _steps_per_epoch(loader: Any, manifest: Optional[CaptureManifest]) -> int:
 # --- the rest -----------------------------------------------------------------------------------------
 
 def _manifest(checkpoint: Optional[Checkpoint]) -> Optional[CaptureManifest]:
-    return read_manifest(checkpoint.capture_dir) if checkpoint and checkpoint.capture_dir else None
+    return checkpoint.manifest if checkpoint else None
 
 
 def _has_batches(checkpoint: Optional[Checkpoint], manifest: Optional[CaptureManifest]) -> bool:

@@ -21,7 +21,7 @@ from typing import Any, Optional
 import torch
 
 from triage.contract import Setup
-from triage.flight.manifest import load_batches, read_manifest
+from triage.flight.manifest import load_batches
 from triage.load.checkpoint import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def total_steps(trainer: Any) -> Optional[int]:
 
 def trainer_setup(trainer: Any, checkpoint: Optional[Checkpoint]) -> Setup:
     args = trainer.args
-    manifest = read_manifest(checkpoint.capture_dir) if checkpoint and checkpoint.capture_dir else None
+    manifest = checkpoint.manifest if checkpoint else None
     total = manifest.total_steps if manifest and manifest.total_steps else total_steps(trainer)
     trainer.create_optimizer_and_scheduler(num_training_steps=total or 1)
     from_capture = bool(manifest and manifest.batch_steps)

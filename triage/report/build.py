@@ -29,12 +29,9 @@ log = logging.getLogger(__name__)
 def _capture_rank(session: Session) -> dict[str, Optional[int]]:
     """The rank that wrote the capture, the world size and the steps its batches were used at, as its
     manifest recorded them."""
-    from triage.flight.manifest import read_manifest
-
-    folder = session.checkpoint.capture_dir if session.checkpoint else None
-    if folder is None:
+    manifest = session.checkpoint.manifest if session.checkpoint else None
+    if manifest is None:
         return {}
-    manifest = read_manifest(folder)
     # The steps name the snapshot's batches only where setup() gave the capture's batches (load_batches()):
     # as many, in the manifest's order. A setup() that reads other data keeps snapshot indices.
     same = len(manifest.batch_steps) == len(session.batches)
