@@ -22,7 +22,7 @@ What each row counts:
 - checkpoint path: the triage source files in which a function runs (sys.setprofile; the code of a
   module body that a lazy import runs is not counted) while the session loader turns a zoo example's
   checkpoint into a loaded Session: setup() called, checkpoint read and loaded, snapshot taken. The
-  example's checkpoint is written first (`triage.zoo.demo_checkpoint`) and every module imported before the
+  example's checkpoint is written first (the zoo's `demo_checkpoint`) and every module imported before the
   trace starts. `calls up a floor` counts the calls, during that load, from a function in one triage file
   into one on a higher floor.
 - outcome reads by string: a heuristic, AST only, that cannot see every case. It counts
