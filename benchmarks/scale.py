@@ -8,7 +8,7 @@ The model is plain torch: token and position embeddings, pre-norm blocks (LayerN
 self-attention, LayerNorm -> 4x MLP with GELU), a final LayerNorm and an untied head; AdamW (weight decay
 0.1), no schedule. The data is made here: token sequences of a fixed random Markov chain over 512 tokens
 (each token has 8 likely successors), batch 16 x 128 tokens, a snapshot of 16 batches the run cycles
-through. For each size and run (healthy: lr 1e-3; lr_high: lr 0.1, at which the model spikes and then
+through. For each size and run (healthy: the size's HEALTHY_LR, below; lr_high: lr 0.1, at which the model spikes and then
 sits at the loss of learning nothing) it trains the run for --train-steps steps from init, saves a
 checkpoint (model, AdamW state, step, loss history), times one plain training step of the same model and
 batch on the same thread (the median of 10 after 3 warm-ups; --threads sets the threads of both), then
@@ -60,6 +60,11 @@ SIZES = {  # name -> shape; parameters with embeddings and head, at VOCAB 512 an
     "300M": Size(1024, 24, 16),  # ~303M: --device cuda only
 }
 RUNS = {"healthy": 1e-3, "lr_high": 0.1}  # the run's AdamW learning rate
+# A deeper model needs a smaller LR to train without warmup: at 1e-3 the 40M and 300M models learn nothing in
+# 80 steps (6.33 -> 6.21 and 6.44 -> 6.23 against ln 512 = 6.24, on an H200), so 1e-3 is not "healthy" there.
+# Each size's healthy LR is the one of --sweep's grid that trains lowest in 80 steps (see its table in README).
+HEALTHY_LR = {"tiny": 1e-3, "1M": 1e-3, "8M": 1e-3, "40M": 3e-4, "300M": 1e-4}
+SWEEP = (3e-3, 1e-3, 3e-4, 1e-4, 3e-5)
 EXPECTED = {"healthy": "healthy", "lr_high": "lr_too_high"}
 
 
@@ -142,7 +147,8 @@ def setup(size: str = "1M", run: str = "healthy", device: str = "cpu"):
 
     torch = _torch()
     model = build_model(SIZES[size]).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=RUNS[run], weight_decay=0.1)
+    lr = HEALTHY_LR[size] if run == "healthy" else RUNS[run] if run in RUNS else float(run)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
     batches = [tuple(t.to(device) for t in b) for b in token_batches(SNAPSHOT_BATCHES)]
     return triage.Setup(model=model, optimizer=optimizer, loss_fn=lm_loss, batches=batches, device=device)
 
@@ -174,6 +180,21 @@ def train(size: str, run: str, device: str, steps: int, path: Path) -> tuple[lis
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     return losses, statistics.median(times[3:]), sum(p.numel() for p in model.parameters())
+
+
+def sweep(size: str, device: str, steps: int) -> str:
+    """The loss after `steps` steps from init at each LR of SWEEP: which LR trains this size (a row)."""
+    ends = []
+    for lr in SWEEP:
+        s = setup(size, repr(lr), device)
+        for step in range(steps):
+            s.optimizer.zero_grad(set_to_none=True)
+            loss = lm_loss(s.model, s.batches[step % len(s.batches)])
+            loss.backward()
+            s.optimizer.step()
+        ends.append(loss.item())
+    best = SWEEP[min(range(len(SWEEP)), key=lambda i: ends[i] if math.isfinite(ends[i]) else math.inf)]
+    return (f"| {size} | " + " | ".join(f"{e:.2f}" for e in ends) + f" | {best:g} | {HEALTHY_LR[size]:g} |")
 
 
 def triage_one(size: str, run: str, device: str, checkpoint: Path, out: Path, max_minutes) -> dict:
@@ -238,6 +259,9 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads, for training and triage alike")
     parser.add_argument("--keep", type=Path, default=None, help="keep checkpoints and reports here")
     parser.add_argument("--json", action="store_true", help="print one JSON line per case as well")
+    parser.add_argument("--sweep", action="store_true",
+                        help="no triage: each size's loss after --train-steps at each LR of the grid, to choose its "
+                             "healthy LR")
     args = parser.parse_args(argv)
     sizes, runs = args.sizes.split(","), args.runs.split(",")
     unknown = [s for s in sizes if s not in SIZES] + [r for r in runs if r not in RUNS]
@@ -246,6 +270,12 @@ def main(argv=None) -> int:
     if "300M" in sizes and not args.device.startswith("cuda"):
         parser.error("300M trains only with --device cuda (on one CPU thread it would take hours)")
     _torch().set_num_threads(args.threads)
+    if args.sweep:
+        print(f"| size | loss after {args.train_steps} steps at lr " + " | ".join(f"{lr:g}" for lr in SWEEP)
+              + " | best | healthy LR used |\n|---|" + "---|" * (len(SWEEP) + 2), flush=True)
+        for size in sizes:
+            print(sweep(size, args.device, args.train_steps), flush=True)
+        return 0
     print(f"threads {args.threads}; load: {os.getloadavg()[0]:.2f} (1 min average) on {os.cpu_count()} cores; device {args.device}")
     print(HEADER, flush=True)
     results = []

@@ -177,8 +177,21 @@ def test_a_candidate_whose_if_fails_is_not_tried_and_a_control_never_wins(tmp_pa
     """)
     assert result.leaf.diagnosis == "lr_too_high"
     tried = {c.id: c.tried for c in decision.candidates}
-    assert tried == {"control": True, "bf16": False, "lower": True}
-    assert "bf16" not in result.runs and "control" in result.runs
+    assert tried == {"control": False, "bf16": False, "lower": True}
+    assert "bf16" not in result.runs and "control" not in result.runs  # no candidate reads the control
+
+
+def test_a_control_runs_only_once_a_candidate_that_reads_it_is_about_to_run(tmp_path):
+    reads = """
+        control: {run: fake_fix, with: {end: 0.4}}
+        lower: {run: fake_fix, with: {works: true, end: 0.3}, then: high_lr, if: control.loss_end < 0.5}
+    """
+    result, decision = diagnose(tmp_path, reads)
+    assert list(result.runs) == ["control", "lower"] and result.leaf.diagnosis == "lr_too_high"
+    assert {c.id: (c.tried, c.unneeded) for c in decision.candidates} == {"control": (True, False),
+                                                                         "lower": (True, False)}
+    result, decision = diagnose(tmp_path, reads.replace("if: control.loss_end < 0.5", "if: setup.batch_count < 0"))
+    assert "control" not in result.runs and decision.candidates[0].unneeded
 
 
 @pytest.mark.parametrize("candidates, message", [

@@ -70,6 +70,8 @@ def _status(run: Optional[ExperimentRun], candidate: CandidateResult) -> str:
         return run.status
     if candidate.outranked:
         return "outranked (a fix of a lower tier works)"
+    if candidate.unneeded:
+        return "not run (a control: no candidate tried is compared with it)"
     return "not tried (its condition did not hold)"
 
 

@@ -17,7 +17,7 @@ import math
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Iterable, Optional, Protocol
 
 import torch
 
@@ -159,6 +159,35 @@ def lookup(node: str, name: str, facts: SetupFacts, runs: dict[str, ExperimentRu
 Journal = Callable[[Walk], None]
 
 
+class Controls:
+    """A differential's controls (a candidate with no `then`, such as the run restarted as it was) are
+    measured only once a node or candidate that reads them is about to run: a control that nothing is
+    compared with decides nothing, and costs a replay (40 of the suite's 90 plateaus never used theirs)."""
+
+    def __init__(self, measure: Callable[[str, Optional[str]], ExperimentRun]) -> None:
+        self.measure = measure
+        self.waiting: dict[str, Optional[str]] = {}  # control id -> its title
+
+    def defer(self, cid: str, title: Optional[str]) -> None:
+        self.waiting[cid] = title
+
+    def ensure(self, names: Iterable[str]) -> None:
+        """Measure, here and now, each waiting control among `names` (in the order written)."""
+        for name in [n for n in self.waiting if n in set(names)]:
+            self.measure(name, self.waiting.pop(name))
+
+
+def names_read(playbook: Playbook, node: Optional[str], *conditions) -> set[str]:
+    """The nodes that `node` reads: named by its parameters (`against: restart`), or in its conditions (its
+    branches, or, for a candidate, the `if` and `measured` given); with `node` None, those conditions'."""
+    spec = playbook.spec(node) if node is not None and node in playbook.graph else None
+    if isinstance(spec, (RunNode, DecisionNode)):
+        conditions += tuple(c for _, c in playbook.branches(node))
+    params = playbook.params.get(node) if node is not None else None
+    named = {v for v in params.model_dump().values() if isinstance(v, str)} if params is not None else set()
+    return named | {ref for condition in conditions if condition is not None for ref, _ in condition.refs}
+
+
 def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = None,
          journal: Optional[Journal] = None, parallel: bool = False, max_seconds: Optional[float] = None) -> Walk:
     """Walk the playbook from its entry to a leaf. `journal` is handed the walk so far (status
@@ -219,6 +248,8 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
             outcomes[run_id] = outcome
         return run, outcome
 
+    controls = Controls(measure)
+
     def new_pool() -> Candidates:
         if parallel and can_fork(session.device, current_ranks().world_size,
                                  training_state_bytes(session.setup.model, session.setup.optimizer)):
@@ -233,14 +264,16 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
     try:
         while not isinstance(spec := playbook.spec(node), LeafNode):
             if isinstance(spec, RunNode):
+                controls.ensure(names_read(playbook, node))
                 run = measure(node, spec.title)
                 decision = _decide(playbook, node, read)
                 listener.finished(run, decision)
             elif isinstance(spec, DecisionNode):
+                controls.ensure(names_read(playbook, node))
                 decision = _decide(playbook, node, read)
                 listener.decided(decision)
             else:
-                decision = _differential(playbook, node, spec, read, new_pool, listener)
+                decision = _differential(playbook, node, spec, read, new_pool, listener, controls)
                 for cid, *_ in playbook.candidates(node):  # the report lists them as written, however they ran
                     if cid in runs:
                         runs[cid] = runs.pop(cid)
@@ -382,7 +415,7 @@ def _clauses(condition, read) -> list[Clause]:
 
 
 def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, new_pool: Callable[[], Candidates],
-                  listener: Listener) -> Decision:
+                  listener: Listener, controls: Controls) -> Decision:
     """Try each candidate whose `if` holds, then go where the winner leads: the lowest tier among the
     candidates whose fix works (tier 1 where the abnormality a candidate repairs was `measured`), the
     best (lowest) score within it. A candidate of a higher tier than a fix that already works is not
@@ -391,7 +424,8 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, n
 
     Candidates are taken in the order written; one that reads an earlier one (its `if`, `measured` or a
     parameter such as `against:`), or that a lower tier's result could outrank, waits for what it needs,
-    so two at a time decide exactly what one at a time would."""
+    so two at a time decide exactly what one at a time would. A control (no `then`) waits in `controls`
+    until a candidate that reads it is about to run; one that none reads is not run (`unneeded`)."""
     errors: list[str] = []
     measured = playbook.measured(node)
     decided: list[CandidateResult] = []  # works and score filled in once every candidate is measured
@@ -401,6 +435,7 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, n
     pool = new_pool()
     try:
         for cid, candidate, condition in playbook.candidates(node):
+            controls.ensure(names_read(playbook, None, condition, measured.get(cid)))  # the `if` may read one
             pool.wait(reads[cid])
             abnormal = measured[cid].evaluate(read, errors) if cid in measured else None
             tier = 1 if abnormal else candidate.tier
@@ -409,7 +444,11 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, n
             outranked = (candidate.then is not None and cid not in read_later
                          and any(read(c, spec.works) is True for c in lower))
             tried = not outranked and (condition is None or condition.evaluate(read, errors))
-            if tried:
+            if tried and candidate.then is None:
+                controls.defer(cid, candidate.title)
+            elif tried:
+                controls.ensure(names_read(playbook, cid, condition, measured.get(cid)))
+                pool.wait(reads[cid])
                 pool.submit(cid, candidate.title, lambda run, cid=cid: listener.finished(
                     run, Decision(node=cid, goto=node, when=f"candidate of {node}", figures={
                         f"{cid}.{spec.works}": _figure(read(cid, spec.works)),
@@ -419,6 +458,8 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, n
         pool.wait([c.id for c in decided if c.tried])
     finally:
         pool.close()
+    decided = [c.model_copy(update={"tried": False, "unneeded": True}) if c.id in controls.waiting else c
+               for c in decided]
     results = [_ended(c, read, spec) if c.tried else c for c in decided]
     figures = {f"{r.id}.{spec.works}": r.works for r in results if r.tried and r.then}
     working = [r for r in results if r.then and r.works]
@@ -458,9 +499,7 @@ def _sibling_reads(playbook: Playbook, node: str, cid: str, *conditions) -> list
     """The earlier candidates of `node` that candidate `cid` reads: in its conditions, or named by a
     parameter (`against: restart`)."""
     siblings = {c for c, *_ in playbook.candidates(node)} - {cid}
-    named = {ref for condition in conditions if condition is not None for ref, _ in condition.refs}
-    named |= {v for v in playbook.params[cid].model_dump().values() if isinstance(v, str)}
-    return sorted(named & siblings)
+    return sorted(names_read(playbook, cid, *conditions) & siblings)
 
 
 def _cause_of(playbook: Playbook, node: Optional[str]) -> Optional[str]:
