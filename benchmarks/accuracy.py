@@ -18,7 +18,7 @@ import logging
 import sys
 from pathlib import Path
 
-from triage.bench import print_table, run_cases
+from triage.cli.bench import print_table, run_cases
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recorder_overhead import one_step  # noqa: E402  the zoo's own stock loop
 
 import triage  # noqa: E402
-from triage.zoo import example_path, load_example  # noqa: E402
+from triage.cli.zoo import example_path, load_example  # noqa: E402
 
 
 def overhead(name: str, steps: int, rounds: int, root: Path) -> dict[str, float]:

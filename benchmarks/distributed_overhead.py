@@ -33,11 +33,11 @@ sys.path.insert(0, str(EXAMPLE.parent))
 def step_costs(steps: int, rounds: int, checkpoint: Path) -> dict:
     """ms per step (fastest of `rounds`), in this process's world: a plain loop, the same loop with the one
     collective a replay adds per step (every rank's loss and gradient norm), and triage's replay itself."""
-    from triage.distributed.ranks import joined
-    from triage.distributed.session import open_on_every_rank
+    from triage.load.ranks import joined
+    from triage.load.every_rank import open_on_every_rank
     from triage.experiments import Context
     from triage.experiments.replay import ReplayParams, measure as replay
-    from triage.session import open_session
+    from triage.load.session import open_session
 
     with joined(60) as ranks:
         session = open_on_every_rank(ranks, lambda: open_session(f"{EXAMPLE}:setup", checkpoint))

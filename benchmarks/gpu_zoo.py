@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 import triage
-from triage.zoo import load_example
+from triage.cli.zoo import load_example
 
 DEFAULT = ("fp16_overflow", "lr_too_high", "healthy_mlp", "numerical_instability", "bad_batch")
 

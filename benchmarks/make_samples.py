@@ -31,7 +31,7 @@ def triage_command() -> list[str]:
     found = shutil.which("triage")
     if found:
         return [found]
-    return [sys.executable, "-c", "from triage.cli import main; main()"]
+    return [sys.executable, "-c", "from triage.cli.commands import main; main()"]
 
 
 def make_sample(name: str, out: Path) -> Path:
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     names = args.names
     if args.all:
-        from triage.zoo import example_names
+        from triage.cli.zoo import example_names
         names = example_names()
     if not names:
         parser.error("name at least one zoo example, or pass --all")

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 import triage
-from triage.zoo import example_names, load_example
+from triage.cli.zoo import example_names, load_example
 
 
 def one_step(setup: triage.Setup, batch) -> torch.Tensor:

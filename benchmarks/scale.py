@@ -200,7 +200,7 @@ def sweep(size: str, device: str, steps: int) -> str:
 def triage_one(size: str, run: str, device: str, checkpoint: Path, out: Path, max_minutes) -> dict:
     """In a fresh process (below): triage the checkpoint as `triage run` does, and measure it."""
     started = time.perf_counter()
-    from triage import api
+    from triage.cli import api
 
     imported = time.perf_counter()
     ceiling = {"max_minutes": max_minutes} if max_minutes is not None else {}  # (older triage: no ceiling)

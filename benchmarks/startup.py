@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from triage.zoo import demo_checkpoint, example_names
+from triage.cli.zoo import demo_checkpoint, example_names
 
 QUICK_TARGET_S = 1.0
 DEMO_TARGET_S = 10.0

@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 import triage
-from triage.checkpoint import Checkpoint
 from triage.experiments.base import Context, Experiment, Outcome
-from triage.session import Session, session_from_factory
+from triage.load.checkpoint import Checkpoint
+from triage.load.session import Session, session_from_factory
 
 
 def digits(n_batches: int = 8, batch_size: int = 64, offset: int = 0,

@@ -9,13 +9,13 @@ from typer.testing import CliRunner
 
 import triage
 from tests.tiny import mlp_setup
-from triage import api
-from triage.cli import app
-from triage.engine import walk
+from triage.cli import api
+from triage.cli.commands import app
 from triage.errors import PlaybookError
 from triage.experiments import base
-from triage.playbook import load_playbook
-from triage.session import session_from_factory
+from triage.load.session import session_from_factory
+from triage.walk.engine import walk
+from triage.walk.playbook import load_playbook
 
 
 class SlowClock:

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from tests.tiny import mlp_setup
-from triage.checkpoint import read_checkpoint
 from triage.errors import CheckpointError
-from triage.session import open_session
+from triage.load.checkpoint import read_checkpoint
+from triage.load.session import open_session
 
 
 def trained_state():
@@ -90,7 +90,7 @@ def test_a_dict_without_model_weights_says_which_keys_it_found(tmp_path):
 
 
 def test_history_in_any_of_the_saved_shapes():
-    from triage.history import history_from_value
+    from triage.load.history import history_from_value
 
     as_columns = history_from_value({"step": [0, 5], "loss": [2.0, 1.0], "val_loss": [2.1, 1.4]})
     assert [(p.step, p.loss, p.val_loss) for p in as_columns] == [(0, 2.0, 2.1), (5, 1.0, 1.4)]
@@ -99,7 +99,7 @@ def test_history_in_any_of_the_saved_shapes():
 
 
 def test_an_unreadable_history_file_is_a_clear_error(tmp_path):
-    from triage.history import read_history_file
+    from triage.load.history import read_history_file
 
     (tmp_path / "h.jsonl").write_text('{"loss": 1.0}\n{not json\n')
     with pytest.raises(CheckpointError, match="unreadable"):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from triage.cli import app
+from triage.cli.commands import app
 
 ENTRY = """
 import torch
@@ -135,7 +135,7 @@ def test_the_command_skips_pythons_teardown_but_runs_exit_handlers_and_flushes(t
     """`main()` ends with os._exit (teardown with torch imported costs ~0.8 s): an exit handler the
     user's code registered still runs, buffered output is not lost, and the exit code is kept."""
     script = ("import atexit, sys; atexit.register(lambda: print('handler ran', flush=False)); "
-              "sys.argv = ['triage'] + sys.argv[1:]; from triage.cli import main; main()")
+              "sys.argv = ['triage'] + sys.argv[1:]; from triage.cli.commands import main; main()")
     ok = subprocess.run([sys.executable, "-c", script, "demo", "--list"], capture_output=True, text=True)
     assert ok.returncode == 0 and "lr_too_high" in ok.stdout and ok.stdout.rstrip().endswith("handler ran")
     bad = subprocess.run([sys.executable, "-c", script, "report", str(tmp_path / "none.json")],

@@ -11,8 +11,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from triage.cli import app
-from triage.zoo import demo_checkpoint, example_names, example_path, load_example
+from triage.cli.commands import app
+from triage.cli.zoo import demo_checkpoint, example_names, example_path, load_example
 
 ENTRY = """
 import torch
@@ -65,7 +65,7 @@ def report_json(project):
 
 def _imports_torch(args, cwd) -> bool:
     """Whether `triage ARGS` imported torch (run in a fresh interpreter, as the command line is)."""
-    code = ("import sys\nfrom triage.cli import app\ntry:\n    app(sys.argv[1:])\nexcept SystemExit as e:\n"
+    code = ("import sys\nfrom triage.cli.commands import app\ntry:\n    app(sys.argv[1:])\nexcept SystemExit as e:\n"
             "    assert not e.code, e.code\nprint('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd)
     assert proc.returncode == 0, proc.stderr

@@ -1,6 +1,6 @@
 import pytest
 
-from triage.playbook.conditions import ConditionError, parse_condition
+from triage.walk.playbook.conditions import ConditionError, parse_condition
 
 VALUES = {("base", "ratio"): 2.0, ("base", "finite"): False, ("base", "missing"): None,
           ("setup", "precision"): "fp16", ("clip", "names"): ["a", "b"]}

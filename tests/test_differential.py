@@ -7,11 +7,11 @@ import pytest
 from pydantic import Field
 
 from tests.tiny import mlp_setup
-from triage.engine import walk
+from triage.walk.engine import walk
 from triage.errors import PlaybookError
 from triage.experiments import Experiment, NotApplicable, Outcome, Params, default_registry
-from triage.playbook import load_playbook
-from triage.session import session_from_factory
+from triage.walk.playbook import load_playbook
+from triage.load.session import session_from_factory
 
 
 class FakeParams(Params):

@@ -23,7 +23,7 @@ import pytest
 
 import triage
 from tests.distributed_runs import EXAMPLES, on_ranks
-from triage.zoo import load_example
+from triage.cli.zoo import load_example
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -141,8 +141,8 @@ def test_the_wrapper_and_checkpoint_layout_are_reported(walks):
 
 
 def test_a_process_group_started_without_torchrun_reproduces_as_torchrun(monkeypatch):
-    from triage.distributed.launch import launch_command
-    from triage.distributed.ranks import TORCHRUN_VARIABLES
+    from triage.load.launch import launch_command
+    from triage.load.ranks import TORCHRUN_VARIABLES
 
     for name in (*TORCHRUN_VARIABLES, "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
@@ -278,7 +278,7 @@ def test_the_shorthand_starts_torchrun_and_a_hanging_rank_stops_the_walk_in_boun
 def test_a_setup_that_needs_a_process_group_says_how_to_launch_it(tmp_path):
     from typer.testing import CliRunner
 
-    from triage.cli import app
+    from triage.cli.commands import app
 
     import torch
 
@@ -292,7 +292,7 @@ def test_a_setup_that_needs_a_process_group_says_how_to_launch_it(tmp_path):
 
 
 def test_every_shipped_outcome_field_declares_a_known_rank_rule():
-    from triage.distributed.reduce import rule_of
+    from triage.walk.reduce import rule_of
     from triage.experiments import default_registry
 
     for experiment in default_registry():

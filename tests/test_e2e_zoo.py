@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import triage
-from triage.zoo import example_names, example_path, load_example
+from triage.cli.zoo import example_names, example_path, load_example
 
 EXAMPLES = example_names()
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"

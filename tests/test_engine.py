@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from tests.tiny import mlp_setup
-from triage.engine import decay_reach, walk
+from triage.walk.engine import decay_reach, walk
 from triage.experiments import Experiment, Outcome, Params, default_registry
-from triage.playbook import load_playbook
-from triage.session import session_from_factory
+from triage.walk.playbook import load_playbook
+from triage.load.session import session_from_factory
 
 
 class BoomParams(Params):

@@ -10,7 +10,7 @@ from torch import nn
 import triage
 from triage.experiments.activations import ACTIVATION_HEALTH, ActivationOutcome, ActivationParams
 from triage.experiments.base import Context
-from triage.session import session_from_factory
+from triage.load.session import session_from_factory
 
 
 def _batches(shape: tuple[int, ...], n: int = 4) -> list:

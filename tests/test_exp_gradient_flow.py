@@ -12,7 +12,7 @@ from torch import nn
 import triage
 from triage.experiments.base import Context
 from triage.experiments.gradient_flow import GRADIENT_FLOW, GradientFlowOutcome, GradientFlowParams
-from triage.session import session_from_factory
+from triage.load.session import session_from_factory
 
 
 def _mlp(depth: int, act: type[nn.Module], width: int = 32, kaiming: bool = False) -> nn.Sequential:

@@ -12,7 +12,7 @@ from torch import nn
 import triage
 from triage.experiments.base import Context
 from triage.experiments.locate import LOCATE_NONFINITE, LocateParams
-from triage.session import session_from_factory
+from triage.load.session import session_from_factory
 
 
 def _line_of(marker: str) -> int:

@@ -19,7 +19,7 @@ for module in ("triage.integrations.lightning", "triage.integrations.transformer
         found[module] = str(e)
 events = pathlib.Path(tempfile.mkdtemp()) / "events.out.tfevents.1.host"
 events.write_bytes(b"")
-from triage.history import read_history_file
+from triage.load.history import read_history_file
 try:
     read_history_file(events.parent)
 except triage.TriageError as e:

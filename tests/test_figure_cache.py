@@ -11,7 +11,7 @@ import pytest
 
 from tests.test_report_render import crafted_report, inline_svgs
 from tests.test_report_views import RENDER_WITHOUT, REPO
-from triage.report import figure_cache, plots, write_report
+from triage.report import figure_cache, figures, plots, write_report
 from triage.report.ahead import Ahead, _cores
 from triage.report.render import render_html, write_json
 
@@ -34,15 +34,15 @@ def test_a_rerender_draws_nothing_and_gives_the_same_page(cache, tmp_path):
 
 
 def test_other_figures_are_drawn_not_taken_from_the_cache(cache):
-    rising = plots.loss_curves([plots.Series("run", [1.0, 2.0, 3.0, 4.0])])
-    falling = plots.loss_curves([plots.Series("run", [4.0, 3.0, 2.0, 1.0])])
+    rising = plots.loss_curves([figures.Series("run", [1.0, 2.0, 3.0, 4.0])])
+    falling = plots.loss_curves([figures.Series("run", [4.0, 3.0, 2.0, 1.0])])
     assert rising != falling
-    assert plots.loss_curves([plots.Series("run", [1.0, 2.0, 3.0, 4.0])]) == rising
+    assert plots.loss_curves([figures.Series("run", [1.0, 2.0, 3.0, 4.0])]) == rising
     assert len(list((cache / "figures").glob("*.svg"))) == 2
 
 
 def test_a_damaged_or_unwritable_cache_only_costs_a_redraw(cache, tmp_path, monkeypatch):
-    series = [plots.Series("run", [1.0, 0.5, 0.25])]
+    series = [figures.Series("run", [1.0, 0.5, 0.25])]
     drawn = plots.loss_curves(series)
     (kept,) = (cache / "figures").glob("*.svg")
     kept.write_text("<svg><script>half a figure")  # truncated: not a whole <svg>
@@ -55,7 +55,7 @@ def test_a_damaged_or_unwritable_cache_only_costs_a_redraw(cache, tmp_path, monk
 
 
 def test_the_key_changes_with_the_drawing_code(monkeypatch):
-    series = [plots.Series("run", [1.0, 2.0])]
+    series = [figures.Series("run", [1.0, 2.0])]
     before = figure_cache.key("curves", (series, "t"), {})
     monkeypatch.setattr(figure_cache, "_drawing_version", lambda: "another drawing.py")
     assert figure_cache.key("curves", (series, "t"), {}) != before
@@ -146,7 +146,7 @@ def test_a_report_from_another_machine_rerenders_from_its_own_page_without_drawi
 def test_a_carried_figure_that_is_not_what_triage_draws_is_drawn_again(cache, tmp_path, change):
     from triage.report import carried
 
-    series = [plots.Series("run", [1.0, 0.5, 0.25])]
+    series = [figures.Series("run", [1.0, 0.5, 0.25])]
     drawn = plots.loss_curves(series)
     assert drawn.startswith('<svg data-figure="') and carried.is_plain_figure(drawn)
     tampered = drawn.replace(*change, 1)

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from tests.test_e2e_zoo import triage_example
+from triage.cli.zoo import load_example
 from triage.report.fix_trial import _INITS, _float, tried
-from triage.zoo import load_example
 
 
 def _proof_and_reference(report):

@@ -3,7 +3,7 @@
 import pytest
 
 from triage.errors import CheckpointError
-from triage.history import read_history_file
+from triage.load.history import read_history_file
 
 
 def test_a_tensorboard_run_folder_is_read_with_the_tensorboard_package(tmp_path):

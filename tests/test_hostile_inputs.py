@@ -22,7 +22,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from triage.cli import app
+from triage.cli.commands import app
 from triage.report.model import SCHEMA_VERSION
 
 ENTRY = '''
@@ -238,9 +238,9 @@ def test_a_loss_fn_that_changes_its_batch_leaves_every_replay_the_same_data_and_
 
 def test_the_snapshot_batches_are_not_changed_by_a_mutating_loss_fn(project):
     import hostile_entry
-    from triage.engine import walk
-    from triage.playbook import load_playbook
-    from triage.session import session_from_factory
+    from triage.walk.engine import walk
+    from triage.walk.playbook import load_playbook
+    from triage.load.session import session_from_factory
 
     session = session_from_factory(hostile_entry.mutating)
     pristine = [x.clone() for x, _ in hostile_entry.batches()]

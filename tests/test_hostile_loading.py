@@ -156,8 +156,8 @@ def test_an_epoch_becomes_the_step_where_setup_says_the_steps_per_epoch_through_
 def test_an_epoch_becomes_the_step_where_setup_says_the_steps_per_epoch():
     from types import SimpleNamespace
 
-    from triage.checkpoint import Checkpoint, read_step
-    from triage.session import _with_epoch_step
+    from triage.load.checkpoint import Checkpoint, read_step
+    from triage.load.session import _with_epoch_step
 
     read = Checkpoint(layout="dict", model_state={}, **read_step({"epoch": 3}, ("step",)))
     step = _with_epoch_step(read, SimpleNamespace(steps_per_epoch=25))  # Setup.steps_per_epoch (issue 21)
@@ -270,7 +270,7 @@ def test_checkpoint_and_report_that_never_end_are_refused(loading):
     assert_refused(loading, code, text, "Expected a checkpoint at '/dev/zero' to be a file or a folder, found a device")
     from typer.testing import CliRunner
 
-    from triage.cli import app
+    from triage.cli.commands import app
 
     result = CliRunner().invoke(app, ["report", "/dev/zero"])
     assert result.exit_code == 2 and "not a regular file" in " ".join(result.output.split())
@@ -317,7 +317,7 @@ def test_a_setup_that_changes_folder_does_not_move_the_report(loading):
 def test_a_re_run_into_the_same_out_never_leaves_the_previous_verdict_looking_current(loading):
     code, text = run_cli(loading)
     assert_written(loading, code, text)
-    from triage import api
+    from triage.cli import api
 
     kept = {}
 
@@ -355,7 +355,8 @@ def test_a_full_disk_while_the_snapshot_spills_leaves_no_temporary_file(loading,
 def test_an_unwritable_cache_still_runs_the_demo_and_a_full_one_still_draws_the_page(loading, monkeypatch):
     import errno
 
-    from triage import atomic, zoo
+    from triage import atomic
+    from triage.cli import zoo
 
     monkeypatch.setenv("TRIAGE_CACHE", "/proc/no-cache-here")  # not even root can write there
     path = zoo.demo_checkpoint("lr_too_high")
@@ -380,7 +381,7 @@ def test_an_unwritable_cache_still_runs_the_demo_and_a_full_one_still_draws_the_
     monkeypatch.setattr(jinja2.bccache.Bucket, "write_bytecode", no_room)
     from typer.testing import CliRunner
 
-    from triage.cli import app
+    from triage.cli.commands import app
 
     result = CliRunner().invoke(app, ["report", "out/report.json"])
     assert result.exit_code == 0, result.output

@@ -8,10 +8,10 @@ import torch
 
 from tests.lightning_tiny import LitManual, LitMLP, fit, module_with_data
 import triage
-from triage.checkpoint import read_checkpoint
+from triage.load.checkpoint import read_checkpoint
 from triage.integrations.lightning import TriageCallback
-from triage.integrations.lightning_setup import StepEvery, _optimizers
-from triage.session import open_session
+from triage.load.lightning_setup import StepEvery, _optimizers
+from triage.load.session import open_session
 
 
 def captured(tmp_path, module, **trainer_args):

@@ -2,9 +2,9 @@
 experiment, the same parameters as they act in this session) takes its figures instead of running it."""
 
 from tests.tiny import blobs, mlp_setup
-from triage.engine import walk
-from triage.playbook import load_playbook
-from triage.session import session_from_factory
+from triage.load.session import session_from_factory
+from triage.walk.engine import walk
+from triage.walk.playbook import load_playbook
 
 
 def test_without_validation_data_the_validation_check_is_the_baseline_not_run_again():

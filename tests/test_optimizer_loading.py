@@ -10,8 +10,8 @@ from torch import nn
 
 import triage
 from triage.errors import CheckpointError
-from triage.session import session_from_factory
-from triage.checkpoint import Checkpoint
+from triage.load.session import session_from_factory
+from triage.load.checkpoint import Checkpoint
 
 
 class Scaled(torch.optim.Optimizer):

@@ -220,7 +220,7 @@ def test_one_optimizer_of_a_set_can_be_scaled_alone():
 
 def test_a_checkpoint_holds_each_optimizers_state_by_name():
     from tests._gan_tiny import gan_setup
-    from triage.checkpoint import Checkpoint
+    from triage.load.checkpoint import Checkpoint
 
     trained = gan_setup(lr=2e-3)
     for batch in trained.batches[:3]:

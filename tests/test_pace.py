@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from triage.experiments.pace import STALLED, pace_vs_run
-from triage.history import HistoryPoint
+from triage.load.history import HistoryPoint
 
 
 def session(step, history=()):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import triage
-from triage import forked
-from triage.zoo import example_path, load_example
+from triage.cli.zoo import example_path, load_example
+from triage.walk import forked
 
 pytestmark = pytest.mark.skipif(not forked.can_fork(torch.device("cpu"), 1),
                                 reason="forking a copy needs Linux and two cores")
@@ -104,7 +104,11 @@ def test_no_fork_leaves_every_candidate_to_the_walk(dead_relu, tmp_path, monkeyp
 def test_a_large_training_state_is_measured_one_candidate_at_a_time():
     """Issue 26, memory at scale: the forked copy trains its own copy of the state, so past 256 MiB of it the
     candidates run one by one (a 40M-parameter AdamW run: ~640 MB of weights, gradients and moments)."""
-    from triage.forked import MAX_FORKED_STATE_BYTES, can_fork, training_state_bytes
+    from triage.walk.forked import (
+        MAX_FORKED_STATE_BYTES,
+        can_fork,
+        training_state_bytes,
+    )
 
     model = torch.nn.Linear(100, 10)
     optimizer = torch.optim.Adam(model.parameters())

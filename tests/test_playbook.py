@@ -6,7 +6,7 @@ import networkx as nx
 import pytest
 
 from triage.errors import PlaybookError
-from triage.playbook import load_playbook
+from triage.walk.playbook import load_playbook
 
 GOOD = """
 name: mini
@@ -140,7 +140,7 @@ def test_a_teams_experiments_are_imported_from_beside_the_playbook(tmp_path):
 
 
 def test_every_branch_of_the_shipped_playbook_answers_its_question_in_words():
-    from triage.playbook.schema import DecisionNode, RunNode
+    from triage.walk.playbook.schema import DecisionNode, RunNode
 
     book = load_playbook()
     for node in book.graph:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from triage.history import HistoryPoint
-from triage.watch.reading import read_curve
+from triage.cli.watch.reading import read_curve
+from triage.load.history import HistoryPoint
 
 REPO = Path(__file__).resolve().parents[1]
 

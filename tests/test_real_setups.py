@@ -362,7 +362,7 @@ def edited_lr() -> triage.Setup:
 
 def test_setup_and_checkpoint_disagreeing_is_said_with_both_values(tmp_path):
     """Issue 20, situation 6: load_state_dict restored 0.05 and triage replayed it without a word."""
-    from triage.verdict import verdict_lines
+    from triage.cli.verdict import verdict_lines
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))

@@ -9,9 +9,9 @@ from torch import nn
 
 import triage
 from tests.tiny import cross_entropy
-from triage.checkpoint import read_checkpoint
 from triage.flight.memory import BatchRing, cpu_copy
 from triage.flight.triggers import TriggerSettings, TriggerWatch
+from triage.load.checkpoint import read_checkpoint
 
 
 def watch_losses(losses, grad_norms=None, **settings):
@@ -132,6 +132,20 @@ def test_a_diverging_loop_writes_a_capture_that_triage_reads(tmp_path, caplog):
     assert steps[: last - 25] == list(range(26, last + 1)), "the batches after the checkpoint come first"
     for step, batch in zip(steps, saved):
         assert torch.equal(batch[0], batches[(step - 1) % len(batches)][0])
+
+
+def test_a_capture_is_recognised_once_with_its_manifest(tmp_path):
+    """Loading reads the capture's manifest once, into the Checkpoint: the derived setups and the report
+    read it there, not from the folder again. A checkpoint that is no capture carries none."""
+    rec, _, _, last = train(tmp_path)
+    folder = rec.captures[0]
+    written = json.loads((folder / "manifest.json").read_text())
+    ckpt = read_checkpoint(folder)
+    assert ckpt.manifest is not None
+    assert (ckpt.manifest.checkpoint_step, ckpt.manifest.step) == (written["checkpoint_step"], written["step"])
+    assert ckpt.manifest.batch_steps == written["batch_steps"]
+    inner = read_checkpoint(folder / written["checkpoint"])
+    assert inner.manifest is None and inner.capture_dir is None
 
 
 def test_a_failure_before_the_first_snapshot_captures_the_initial_state(tmp_path):

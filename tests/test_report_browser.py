@@ -136,8 +136,8 @@ def verified_fix(tmp_path_factory):
     """A real triage of the zoo's lr_too_high: a fix verified by a replay."""
     from typer.testing import CliRunner
 
-    from triage.cli import app
-    from triage.zoo import example_path, load_example
+    from triage.cli.commands import app
+    from triage.cli.zoo import example_path, load_example
 
     folder = tmp_path_factory.mktemp("lr_too_high")
     checkpoint = load_example("lr_too_high").write_checkpoint(folder / "ckpt.pt")

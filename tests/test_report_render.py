@@ -14,21 +14,21 @@ import torch.nn.functional as F
 from torch import nn
 
 import triage
-from triage.engine import walk
+from triage.walk.engine import walk
 from triage.experiments import default_registry
 from triage.errors import ReportError
-from triage.history import HistoryPoint
-from triage.playbook import load_playbook
+from triage.load.history import HistoryPoint
+from triage.walk.playbook import load_playbook
 from triage.records import Clause, Decision, ExperimentRun
 from triage.report import Report, read_report, write_report
-from triage.report import flowchart, plots
+from triage.report import figures, flowchart, plots
 from triage.report.build import build_report
 from triage.report.labels import condition_words
 from triage.report.model import (SCHEMA_VERSION, CheckpointInfo, Environment, FindingRecord, Flowchart, GraphEdge,
                                  GraphNode,
                                  Location)
-from triage.report.views import key_figures
-from triage.session import session_from_factory
+from triage.report.sections import key_figures
+from triage.load.session import session_from_factory
 
 XSS = "<script>alert(1)</script>"
 
@@ -277,8 +277,8 @@ def test_ten_experiment_report_stays_under_two_megabytes(tmp_path):
 # --- plots and flowchart -----------------------------------------------------------------------
 
 def test_loss_plot_goes_log_across_decades_and_marks_nonfinite():
-    spanning = plots.loss_curves([plots.Series("run", [1.0, 10.0, 100.0, 1e4, "NaN"], first_nonfinite=4)])
-    flat = plots.loss_curves([plots.Series("run", [1.0, 1.2, 1.1, 0.9])])
+    spanning = plots.loss_curves([figures.Series("run", [1.0, 10.0, 100.0, 1e4, "NaN"], first_nonfinite=4)])
+    flat = plots.loss_curves([figures.Series("run", [1.0, 1.2, 1.1, 0.9])])
     ticks = lambda svg: re.findall(r">(\d[\d.e+-]*)</text>", svg)  # noqa: E731
     assert "10000" in ticks(spanning) and "0.9" not in ticks(spanning)
     assert "non-finite at step 4" in spanning and "non-finite" not in flat

@@ -16,13 +16,13 @@ from pydantic import BaseModel, Field
 
 from tests.test_report_render import crafted_report, inline_svgs
 from tests.tiny import mlp_setup
-from triage.engine import walk
+from triage.walk.engine import walk
 from triage.experiments import Experiment, Outcome, Params, Registry, default_registry
 from triage.errors import PlaybookError
-from triage.playbook import load_playbook
+from triage.walk.playbook import load_playbook
 from triage.report import read_report, write_report
 from triage.report.build import build_report
-from triage.session import session_from_factory
+from triage.load.session import session_from_factory
 from triage.views import Bars, Curve, Line, SourceExcerpt, Table, ViewError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -209,7 +209,7 @@ def test_a_report_from_schema_1_2_still_renders(tmp_path):
 def test_a_search_is_shown_against_the_run_its_fix_is_verified_against():
     from tests.test_report_render import replay_outcome
     from triage.records import ExperimentRun
-    from triage.report.views import build_views
+    from triage.report.sections import build_views
 
     base = crafted_report(name="n")
     search = ExperimentRun(node="lower_lr", experiment="lr_search", status="ok", seconds=1.0,

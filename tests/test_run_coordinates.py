@@ -14,9 +14,9 @@ import triage
 from tests.test_e2e_zoo import triage_example
 from tests.test_recorder import digits
 from tests.tiny import cross_entropy
+from triage.cli.zoo import load_example
 from triage.report.coordinates import batch_place
 from triage.report.model import CheckpointInfo
-from triage.zoo import load_example
 
 
 def test_a_bad_batch_is_named_by_the_run_s_step_and_the_tensor_and_value_that_stand_out(tmp_path):
@@ -104,7 +104,7 @@ def _report_with(checkpoint: CheckpointInfo):
 
 
 def test_a_replay_that_went_non_finite_is_placed_at_the_run_s_step(tmp_path):
-    from triage.verdict import verdict_lines
+    from triage.cli.verdict import verdict_lines
 
     _, report, files = triage_example("fp16_overflow", tmp_path)
     baseline = report.experiment("baseline")
@@ -115,7 +115,7 @@ def test_a_replay_that_went_non_finite_is_placed_at_the_run_s_step(tmp_path):
 
 
 def test_the_terminal_names_the_bad_batch_by_step_and_tensor(tmp_path):
-    from triage.verdict import verdict_lines
+    from triage.cli.verdict import verdict_lines
 
     _, report, _ = triage_example("bad_batch", tmp_path)
     place = report.location.batch_place

@@ -9,8 +9,8 @@ import torch
 from tests.tiny import mlp_setup
 from triage.experiments.base import Context
 from triage.experiments.replay import REPLAY, ReplayParams
-from triage.session import session_from_factory
-from triage.snapshot import Snapshot
+from triage.load.session import session_from_factory
+from triage.load.snapshot import Snapshot
 
 
 def with_scheduler():

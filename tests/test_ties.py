@@ -7,9 +7,9 @@ from torch import nn
 from tests import hf_tiny
 from tests.tiny import blobs, cross_entropy
 import triage
-from triage.checkpoint import load_model_state, read_checkpoint
+from triage.load.checkpoint import load_model_state, read_checkpoint
 from triage.errors import CheckpointError
-from triage.session import open_session
+from triage.load.session import open_session
 
 
 @pytest.mark.parametrize("build, tied", [

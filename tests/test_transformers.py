@@ -8,9 +8,9 @@ import torch
 from tests import hf_tiny
 from tests.hf_tiny import transformers
 import triage
-from triage.checkpoint import read_checkpoint
+from triage.load.checkpoint import read_checkpoint
 from triage.integrations.transformers import TriageCallback
-from triage.session import open_session
+from triage.load.session import open_session
 
 
 def test_a_trainer_checkpoint_of_tied_gpt2_opens_with_the_derived_setup(tmp_path):

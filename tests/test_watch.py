@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests import watch_run
+from triage.cli.watch.sidecar import finished_captures
 from triage.flight.autotriage import AutoTriage, launch
-from triage.watch.sidecar import finished_captures
 
 REPO = Path(__file__).resolve().parents[1]
 THEN = 'echo "$TRIAGE_REPORT|$TRIAGE_ROOT_CAUSE|$TRIAGE_CONFIDENCE|$TRIAGE_STEP" >> "$THEN_LOG"'

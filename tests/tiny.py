@@ -7,7 +7,7 @@ from torch import nn
 
 import triage
 from triage.experiments.base import Context
-from triage.session import session_from_factory
+from triage.load.session import session_from_factory
 
 
 def blobs(n_batches: int = 6, batch_size: int = 32, features: int = 8, classes: int = 3, seed: int = 0):

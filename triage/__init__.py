@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _HOMES = {
-    "run": "triage.api",
-    "save_checkpoint": "triage.capture",
+    "run": "triage.cli.api",
+    "save_checkpoint": "triage.flight.save",
     "Setup": "triage.contract",
     "TriageError": "triage.errors", "EntryError": "triage.errors", "SetupError": "triage.errors",
     "CheckpointError": "triage.errors", "PlaybookError": "triage.errors", "ReportError": "triage.errors",
@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` below imports on use
-    from triage.api import run
-    from triage.capture import save_checkpoint
+    from triage.cli.api import run
+    from triage.flight.save import save_checkpoint
     from triage.contract import Setup
     from triage.flight.autotriage import AutoTriage
     from triage.errors import (CheckpointError, EntryError, Interrupted, PlaybookError, ReportError, SetupError,

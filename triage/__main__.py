@@ -1,3 +1,3 @@
-from triage.cli import main
+from triage.cli.commands import main
 
 main()

@@ -11,7 +11,7 @@ declarations (`Report.views`), so `triage report` draws them without torch or th
     SourceExcerpt  the user's source around a line, as SourceLine records
     Table          a list of records, or parallel lists, as rows
 
-Plain data: no torch here. The renderer is triage/report/views.py.
+Plain data: no torch here. The renderer is triage/report/sections.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Experiments: the only code that runs training. Each returns an Outcome and never decides."""
+"""Experiments (a floor of DESIGN §6): the only code that runs training. Each returns an Outcome and never
+decides. They may import the foundations (triage/*.py) and loading (triage.load); nothing above.
+"""
 
 from triage.experiments.activations import ACTIVATION_HEALTH
 from triage.experiments.base import Context, Experiment, NotApplicable, Outcome, Params

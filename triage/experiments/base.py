@@ -18,8 +18,8 @@ from typing import Any, Callable, Optional
 
 from pydantic import BaseModel, ConfigDict
 
-from triage.distributed.ranks import Ranks, current as current_ranks
-from triage.session import Session
+from triage.load.ranks import Ranks, current as current_ranks
+from triage.load.session import Session
 from triage.views import View
 
 

@@ -18,8 +18,8 @@ from typing import Any, Optional
 from pydantic import Field
 from torch.utils.data import DataLoader
 
-from triage.distributed.fingerprint import order_digest
 from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.fingerprint import order_digest
 
 
 class EpochOrderParams(Params):

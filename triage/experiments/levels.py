@@ -69,7 +69,7 @@ def loss_levels(session: Any) -> LossLevels:
 
 
 def _across_ranks(levels: LossLevels) -> LossLevels:
-    from triage.distributed.ranks import current
+    from triage.load.ranks import current
 
     every = current().gather(levels)
     constants = [lv.constant for lv in every]

@@ -33,7 +33,7 @@ import torch
 from pydantic import Field
 
 from triage.contract import Precision
-from triage.distributed.wrappers import is_sharded, unwrap
+from triage.load.wrappers import is_sharded, unwrap
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.locate_probe import all_finite, anomaly_pass, probe_step
 from triage.experiments.places import module_place
@@ -41,7 +41,7 @@ from triage.experiments.schedule import RunSchedule
 from triage.experiments.training import (forward_backward, grad_scaler, needs_closure, optimizer_step,
                                          reference_step, trainable)
 from triage.experiments.user_source import display_path, source_context, source_line
-from triage.snapshot import rng_state, set_rng_state
+from triage.load.snapshot import rng_state, set_rng_state
 from triage.views import SourceExcerpt, SourceLine
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ import torch
 
 from triage.contract import Setup
 from triage.batches import named_tensors
-from triage.data_guard import copy_batch
+from triage.load.data_guard import copy_batch
 from triage.experiments.training import autocast, loss_value
 
 # Torch's own default for ignored targets (F.cross_entropy, nn.NLLLoss): padding, not a class.

@@ -16,8 +16,8 @@ from typing import Any, Optional
 from pydantic import Field
 from torch.utils.data import DataLoader, IterableDataset
 
-from triage.distributed.fingerprint import batch_digest, example_digests
 from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.fingerprint import batch_digest, example_digests
 
 
 class RankDataParams(Params):

@@ -25,8 +25,8 @@ from typing import Literal, Optional
 import torch
 from pydantic import Field
 
-from triage.distributed.fingerprint import tensor_digest
-from triage.distributed.wrappers import unwrap, wrapper_of
+from triage.experiments.fingerprint import tensor_digest
+from triage.load.wrappers import unwrap, wrapper_of
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.replay import ReplayParams, measure as replay
 

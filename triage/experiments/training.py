@@ -122,7 +122,7 @@ def clip_grads(params: list[torch.nn.Parameter], max_norm: Optional[float]) -> f
 @contextlib.contextmanager
 def untouched_buffers_and_rng(model: torch.nn.Module) -> Iterator[None]:
     """An extra forward inside someone else's run: BatchNorm statistics and RNG streams stay as they were."""
-    from triage.snapshot import rng_state, set_rng_state
+    from triage.load.snapshot import rng_state, set_rng_state
 
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
     rng = rng_state()

@@ -1,12 +1,16 @@
-"""Integrations with training frameworks, each an optional extra that `import triage` never imports:
+"""Integrations with training frameworks, each an optional extra that `import triage` never imports. The
+callbacks run inside the user's training process (the capture floor, with triage.flight): they may
+import only the foundations and triage.flight.
 
-    triage.integrations.lightning      TriageCallback for lightning.Trainer   pip install "triage[lightning]"
+    triage.integrations.lightning      TriageCallback for lightning.Trainer    pip install "triage[lightning]"
     triage.integrations.transformers   TriageCallback for transformers.Trainer pip install "triage[transformers]"
-    triage.integrations.tensorboard    --history from TensorBoard event files pip install "triage[tensorboard]"
+    triage.integrations.runinfo        how a framework names its run settings (precision, clip)
 
-`--entry` may also name a LightningModule class, or a function returning a LightningModule (optionally
-with its LightningDataModule) or a transformers.Trainer: triage then derives the Setup from it
-(derive.py, lightning_setup.py, transformers_setup.py).
+Reading what the frameworks save belongs to loading (triage.load): `--history` from TensorBoard event
+files (tensorboard.py, pip install "triage[tensorboard]"), and the Setup derived when `--entry` names a
+LightningModule class, or a function returning a LightningModule (optionally with its
+LightningDataModule) or a transformers.Trainer (derive.py, lightning_setup.py, transformers_setup.py).
+`require` below names the extra to install for either.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def _draw_while_the_walk_runs() -> None:
         pass
 
     from triage.report.render import read_report
-    from triage.report.views import build_views
+    from triage.report.sections import build_views
 
     importlib.import_module("triage.report.drawing")  # matplotlib: imported now, while the walk imports torch
 

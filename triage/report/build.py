@@ -12,16 +12,16 @@ import pydantic
 import torch
 
 from triage.causes import ROOT_CAUSES
-from triage.disagreements import FINDING_ID as DISAGREEMENT, finding_text
-from triage.distributed.describe import distributed_info
-from triage.engine import CONFIDENCE_ORDER, Walk
-from triage.playbook import Playbook, parse_condition
-from triage.playbook.schema import DecisionNode, DifferentialNode, Finding, LeafNode
+from triage.load.disagreements import FINDING_ID as DISAGREEMENT, finding_text
+from triage.report.distributed import distributed_info
+from triage.walk.engine import CONFIDENCE_ORDER, Walk
+from triage.walk.playbook import Playbook, parse_condition
+from triage.walk.playbook.schema import DecisionNode, DifferentialNode, Finding, LeafNode
 from triage.report.coordinates import batch_place
 from triage.report.fix_trial import tried
 from triage.report.model import (CheckpointInfo, Environment, FindingRecord, Flowchart, GraphCandidate,
                                  GraphEdge, GraphNode, Location, Report)
-from triage.session import Session
+from triage.load.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -29,12 +29,9 @@ log = logging.getLogger(__name__)
 def _capture_rank(session: Session) -> dict[str, Optional[int]]:
     """The rank that wrote the capture, the world size and the steps its batches were used at, as its
     manifest recorded them."""
-    from triage.flight.manifest import read_manifest
-
-    folder = session.checkpoint.capture_dir if session.checkpoint else None
-    if folder is None:
+    manifest = session.checkpoint.manifest if session.checkpoint else None
+    if manifest is None:
         return {}
-    manifest = read_manifest(folder)
     # The steps name the snapshot's batches only where setup() gave the capture's batches (load_batches()):
     # as many, in the manifest's order. A setup() that reads other data keeps snapshot indices.
     same = len(manifest.batch_steps) == len(session.batches)

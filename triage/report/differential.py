@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from triage.records import CandidateResult, Decision, ExperimentRun
-from triage.report import plots
+from triage.report import figures, plots
 from triage.report.model import Report
 
 
@@ -129,13 +129,13 @@ def _plot(report: Report, decision: Decision, curve: Curve) -> Optional[str]:
     for ref in sorted(r for r in references if isinstance(r, str)):
         losses = curve(report.experiment(ref))
         if losses:
-            series.append(plots.Series(label=f"{ref} (as the run was)", values=losses, color=plots.BASELINE,
+            series.append(figures.Series(label=f"{ref} (as the run was)", values=losses, color=figures.BASELINE,
                                        emphasis=False))
     for i, c in enumerate(tried):
         losses = curve(report.experiment(c.id))
         if losses:
-            color = plots.GOOD if c.winner else plots.PALETTE[(i + 2) % len(plots.PALETTE)]
-            series.append(plots.Series(label=c.id, values=losses, color=color, emphasis=c.winner or bool(c.works),
+            color = figures.GOOD if c.winner else figures.PALETTE[(i + 2) % len(figures.PALETTE)]
+            series.append(figures.Series(label=c.id, values=losses, color=color, emphasis=c.winner or bool(c.works),
                                        dashed=not c.works))
     if len(series) < 2:
         return None

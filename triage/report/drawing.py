@@ -1,6 +1,6 @@
 """Drawing the report's plots with matplotlib: the only module that imports it.
 
-plots.py prepares the data and asks for a drawing only when the figure cache (figure_cache.py) does not
+plots.py prepares the data (figures.py: colours, lines, marks) and asks for a drawing only when the figure cache (figure_cache.py) does not
 already hold it, so re-rendering a report whose figures were drawn before never imports matplotlib (1.2 s
 on a small machine). Text stays <text> (matplotlib escapes it) in the page's own font; ids are
 deterministic (the same data gives the same bytes).
@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 from matplotlib import ticker  # noqa: E402  (after the backend is chosen)
 from matplotlib.figure import Figure  # noqa: E402  (no pyplot: no global figure state, nothing to close)
 
-from triage.report.plots import ACCENT, BAD, INTERVENTION, Mark, Series, numbers, shorten  # noqa: E402
+from triage.report.figures import ACCENT, BAD, INTERVENTION, Mark, Series, numbers, shorten  # noqa: E402
 
 _MAX_POINTS = 600  # a line longer than this is reduced to a min/max envelope: spikes stay visible
 _STYLE = {

@@ -68,7 +68,7 @@ def _folder() -> Path:
 @functools.cache
 def _drawing_version() -> str:
     here = Path(__file__).parent
-    code = b"".join((here / name).read_bytes() for name in ("plots.py", "drawing.py"))
+    code = b"".join((here / name).read_bytes() for name in ("figures.py", "plots.py", "drawing.py"))
     try:
         matplotlib = importlib.metadata.version("matplotlib")
     except importlib.metadata.PackageNotFoundError:

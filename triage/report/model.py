@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from triage.records import Decision, ExperimentRun
 from triage.report.coordinates import BatchPlace
 from triage.report.fix_trial import FixTrial
-from triage.history import HistoryPoint
+from triage.load.history import HistoryPoint
 from triage.views import View
 
 SCHEMA_VERSION = "1.8"

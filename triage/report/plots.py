@@ -13,42 +13,13 @@ import dataclasses
 import functools
 import logging
 import math
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
 from triage.report import carried, figure_cache
+from triage.report.figures import Mark, Series, number, numbers, shorten
 
-BASELINE = "#6b7280"
-INTERVENTION = "#2563eb"
-GOOD = "#059669"
-BAD = "#dc2626"
-ACCENT = "#d97706"
-PALETTE = ["#2563eb", "#059669", "#d97706", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#9333ea"]
 
 log = logging.getLogger(__name__)
-
-@dataclass(frozen=True)
-class Mark:
-    """A vertical line at x (the checkpoint's step, a learning rate), named in the legend."""
-
-    x: float
-    label: str
-    color: str = BASELINE
-
-
-@dataclass(frozen=True)
-class Series:
-    """One line: a label, y values per step (NaN/inf allowed), and how to draw it."""
-
-    label: str
-    values: Sequence[Any]
-    steps: Optional[Sequence[Any]] = None
-    color: str = INTERVENTION
-    first_nonfinite: Optional[int] = None
-    dashed: bool = False
-    emphasis: bool = True
-    twin_of: Optional[str] = None  # set by the plot: the label of an earlier series with the same values
-
 
 _MAX_LABEL = 40  # a legend or axis label is shortened past this: a 200-character node id still fits
 _MAX_SERIES = 24  # lines on one axis; more are left out of the plot (the tables list them all)
@@ -77,27 +48,6 @@ def _plot(plot: F) -> F:
             figure_cache.put(key, svg)
         return svg
     return drawn  # type: ignore[return-value]
-
-
-def number(value: Any) -> float:
-    """A float from a value as report.json carries it: NaN and inf arrive as strings."""
-    if isinstance(value, bool) or value is None:
-        return math.nan
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in ("nan", "inf", "+inf", "infinity", "+infinity", "-inf", "-infinity"):
-            return float(text.replace("infinity", "inf"))
-        try:
-            return float(text)
-        except ValueError:
-            return math.nan
-    return math.nan
-
-
-def numbers(values: Iterable[Any]) -> list[float]:
-    return [number(v) for v in values or []]
 
 
 @_plot
@@ -181,8 +131,3 @@ def _overlaps(a: Series, b: Series, span: float) -> bool:
     # Under a pixel of a 300 px tall plot, on a linear axis and on a log one.
     return all((x != x and y != y) or (math.isinf(x) and x == y)
                or abs(x - y) <= min(2e-3 * span, 2e-3 * max(abs(x), abs(y))) for x, y in zip(ya, yb))
-
-
-def shorten(text: str, width: int) -> str:
-    text = " ".join(str(text).split())  # no newlines or tabs inside a label
-    return text if len(text) <= width else "…" + text[-(width - 1):]

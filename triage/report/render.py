@@ -23,7 +23,7 @@ from triage import atomic, user_cache
 from triage.errors import ReportError
 from triage.report import flowchart
 from triage.report.model import SCHEMA_VERSION, Report
-from triage.report.views import build_views, summary_views
+from triage.report.sections import build_views, summary_views
 from triage.report.fix_trial import show as show_setting
 from triage.report.labels import condition_words
 from triage.report.words import describe_change, format_figure
