@@ -52,7 +52,7 @@ from typing import Iterator, Optional
 import networkx as nx
 
 # The floors of DESIGN §6, lowest first. A module may import from its own floor and those below it.
-FLOOR_ORDER = ("foundation", "capture", "load", "experiments", "judge", "walk", "report", "cli")
+FLOOR_ORDER = ("foundation", "judge", "capture", "load", "experiments", "walk", "report", "cli")
 
 FLOORS = {
     # foundation: the vocabulary every floor shares (no torch training, no reading of files)
@@ -71,7 +71,8 @@ FLOORS = {
     "triage.distributed": "load",
     # experiments: the only code that runs training; each returns an Outcome
     "triage.experiments": "experiments", "triage.distributed.fingerprint": "experiments",
-    # judge: pure functions of measured figures (issue 24 item 1; empty until it lands)
+    # judge: pure functions of figures already measured (what "the fix works" means, the differential's winner,
+    # the extension rule, the levels a loss is judged against): every floor that decides may ask it
     "triage.judge": "judge",
     # walk: the playbook, its graph and conditions, the engine that walks it
     "triage.walk": "walk", "triage.engine": "walk", "triage.forked": "walk", "triage.playbook": "walk",

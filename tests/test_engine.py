@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tests.tiny import mlp_setup
-from triage.walk.engine import decay_reach, walk
+from triage.judge.decay import decay_reach
+from triage.walk.engine import walk
 from triage.experiments import Experiment, Outcome, Params, default_registry
 from triage.walk.playbook import load_playbook
 from triage.load.session import session_from_factory

@@ -170,7 +170,8 @@ def test_a_restart_that_holds_at_chance_where_its_reference_blew_up_gets_more_st
     40 (6.06 against 6.17; the sweep shows it at 4.70 by step 80) while the restart at the run's LR ended at
     18.7, three times chance: the fix had not learned 5% yet, so it was never extended."""
     from triage.experiments.levels import loss_levels
-    from triage.experiments.replay import BLOWN_UP, ReplayOutcome, _Trace, _worth_extending
+    from triage.judge.extension import BLOWN_UP
+    from triage.experiments.replay import ReplayOutcome, _Trace, _worth_extending
 
     ctx = context(mlp_setup)
     nothing = loss_levels(ctx.session).nothing_learned

@@ -24,42 +24,16 @@ before its first experiment, the replay before its first step).
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from triage.batches import named_tensors
 from triage.experiments.probes import IGNORE_INDEX, class_targets, first_floating, model_output
 from triage.experiments.training import loss_value
+from triage.judge.levels import LossLevels
 
-LevelKind = Literal["classification", "binary", "regression", "unknown"]
 PROBE_BATCHES = 4  # batches the constant prediction is scored on (the levels are averages)
-
-
-class LossLevels(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    kind: LevelKind
-    num_classes: Optional[int] = None
-    chance: Optional[float] = Field(default=None, description="ln K, classifiers only.")
-    constant: Optional[float] = Field(default=None, description="Loss of the best constant prediction.")
-    floor: Optional[float] = Field(default=None, description="The least this loss can score: its value on a "
-                                                              "perfect prediction, capped at 0; else unknown.")
-
-    def below_floor(self, loss: Optional[float]) -> bool:
-        """`loss` lies under the floor by more than rounding (a thousandth of the learned-nothing loss)."""
-        if self.floor is None or loss is None or not math.isfinite(loss):
-            return False
-        scale = abs(self.nothing_learned) if self.nothing_learned else 1.0
-        return loss < self.floor - 1e-3 * scale
-
-    @property
-    def nothing_learned(self) -> Optional[float]:
-        """The loss of a model that learned nothing about its inputs: the best constant prediction (the
-        label frequencies for a classifier, the mean target for a regressor), else ln K. A verified fix
-        must end clearly below it (DESIGN §4: below chance, below predicting the mean)."""
-        return self.constant if self.constant is not None else self.chance
 
 
 def loss_levels(session: Any) -> LossLevels:

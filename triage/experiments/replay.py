@@ -28,6 +28,7 @@ from triage.experiments.training import (autocast, current_lr, grad_scaler, loss
                                          param_vector_norm, reference_step, scale_weight_decay,
                                          start_end, trainable)
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, VerifiedFix, verification
+from triage.judge.extension import ReferenceFigures, worth_more_steps
 from triage.views import Curve, Line
 
 
@@ -268,39 +269,16 @@ def _own_loop(setup, p: ReplayParams, other_loss: bool) -> tuple[bool, Optional[
     return True, None
 
 
-# A replay that ends 50% above the loss of learning nothing has blown up: a model that learned nothing scores
-# that loss, and one at a sane LR never sits far above it.
-BLOWN_UP = 1.5
-
-
 def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
-    """After `steps`: the fix is not verified yet, but it learns (its loss down 5%) where the run it is
-    paired with did not: down less than 10%, or not finite, or down only to chance level (90% of the loss
-    of learning nothing or above: a restart at a blown-up LR falls from its init's 18 there, and stays)
-    while the fix already learns past it (under 90% of that loss). Or the fix holds at the loss of
-    learning nothing or below where the run it is paired with blew up (BLOWN_UP): a large model restarted
-    at a good LR sits at chance for its first 40 steps (300M parameters restarted at lr 3.2e-5: 6.06 at step
-    40, against chance 6.17 and a restart at the run's lr 0.1 at 18.7; at 3e-5 it reaches 4.70 by step 80)."""
+    """After `steps`: whether the judge gives this fix, not verified yet, more steps (judge/extension.py)."""
     reference = ctx.outcomes.get(p.against) if p.against else None
     if reference is None or p.extend_to <= p.steps or trace.first_bad is not None:
         return False
     start, end = start_end(trace.losses)
-    if start is None or end is None or not start > 0:
-        return False
-    levels = loss_levels(ctx.session)
-    nothing = levels.nothing_learned
-    held = (reference.finite and reference.level_ratio is not None and reference.level_ratio > BLOWN_UP
-            and nothing is not None and 0 < nothing and end <= nothing)
-    if end > 0.95 * start and not held:
-        return False
-    if not held and reference.finite and reference.loss_ratio is not None and reference.loss_ratio < 0.9:
-        # The reference fell: worth extending only where it fell no further than chance level and the fix
-        # already learns past it (a restart at the same blown-up LR falls from 18 to chance level too).
-        learned_nothing = reference.level_ratio is not None and reference.level_ratio > p.level_margin
-        if not learned_nothing or not nothing or nothing <= 0 or end / nothing > p.level_margin:
-            return False
-    return not verification(finite=True, loss_start=start, loss_end=end, reference=reference, against=p.against,
-                            levels=levels, margin=p.margin, level_margin=p.level_margin)["fix_works"]
+    figures = ReferenceFigures(finite=reference.finite, loss_end=reference.loss_end,
+                               loss_ratio=reference.loss_ratio, level_ratio=reference.level_ratio)
+    return worth_more_steps(start=start, end=end, reference=figures, levels=loss_levels(ctx.session),
+                            margin=p.margin, level_margin=p.level_margin)
 
 
 def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep_going,

@@ -27,6 +27,8 @@ from triage.experiments import Context, NotApplicable, Outcome
 from triage.experiments.levels import loss_levels
 from triage.walk.forked import Candidates, OneByOne, TwoAtOnce, can_fork, training_state_bytes
 from triage.walk.playbook import Playbook
+from triage.judge.decay import decay_reach
+from triage.judge.differential import judge_candidates, outranked, tier_of
 from triage.records import CandidateResult, Clause, Confidence, Decision, ExperimentRun, SetupFacts
 from triage.walk.playbook.schema import DecisionNode, DifferentialNode, LeafNode, RunNode
 from triage.load.session import Session
@@ -124,21 +126,6 @@ def setup_facts(session: Session) -> SetupFacts:
         optimizer_count=len(getattr(s.optimizer, "optimizers", None) or [s.optimizer]),
     )
 
-
-def decay_reach(optimizer, checkpoint_step: Optional[int], horizon: int = 100) -> Optional[float]:
-    """SetupFacts.decay_reach: how much weight decay can have shrunk the weights, at most."""
-    if checkpoint_step is None:
-        return None
-    decoupled = isinstance(optimizer, torch.optim.AdamW) or (
-        isinstance(optimizer, torch.optim.Adam) and optimizer.defaults.get("decoupled_weight_decay"))
-    if not decoupled and not isinstance(optimizer, torch.optim.SGD):
-        return None
-    per_step = 0.0
-    for group in optimizer.param_groups:
-        lr = max(float(group.get("lr") or 0.0), float(group.get("initial_lr") or 0.0))
-        momentum = 0.0 if decoupled else float(group.get("momentum") or 0.0)
-        per_step = max(per_step, lr * float(group.get("weight_decay") or 0.0) / max(1.0 - momentum, 1e-3))
-    return per_step * (checkpoint_step + horizon)
 
 
 def lookup(node: str, name: str, facts: SetupFacts, runs: dict[str, ExperimentRun],
@@ -416,9 +403,9 @@ def _clauses(condition, read) -> list[Clause]:
 
 def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, new_pool: Callable[[], Candidates],
                   listener: Listener, controls: Controls) -> Decision:
-    """Try each candidate whose `if` holds, then go where the winner leads: the lowest tier among the
-    candidates whose fix works (tier 1 where the abnormality a candidate repairs was `measured`), the
-    best (lowest) score within it. A candidate of a higher tier than a fix that already works is not
+    """Try each candidate whose `if` holds, then go where the winner leads, as the judge picks it
+    (judge/differential.py: the lowest tier whose fix works, tier 1 where the abnormality a candidate
+    repairs was `measured`, the best score within it). A candidate of a higher tier than a fix that already works is not
     run (`outranked`): it could neither win nor come close, both of which need the winner's tier (one a
     later candidate reads, `against:` say, still runs).
 
@@ -438,12 +425,12 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, n
             controls.ensure(names_read(playbook, None, condition, measured.get(cid)))  # the `if` may read one
             pool.wait(reads[cid])
             abnormal = measured[cid].evaluate(read, errors) if cid in measured else None
-            tier = 1 if abnormal else candidate.tier
+            tier = tier_of(candidate.tier, abnormal)
             lower = [c.id for c in decided if c.tried and c.then and c.tier < tier]
             pool.wait(lower)
-            outranked = (candidate.then is not None and cid not in read_later
-                         and any(read(c, spec.works) is True for c in lower))
-            tried = not outranked and (condition is None or condition.evaluate(read, errors))
+            beaten = outranked(leads_to_a_cause=candidate.then is not None, read_later=cid in read_later,
+                               lower_tier_works=[read(c, spec.works) for c in lower])
+            tried = not beaten and (condition is None or condition.evaluate(read, errors))
             if tried and candidate.then is None:
                 controls.defer(cid, candidate.title)
             elif tried:
@@ -454,7 +441,7 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, n
                         f"{cid}.{spec.works}": _figure(read(cid, spec.works)),
                         f"{cid}.{spec.score}": _figure(read(cid, spec.score))})))
             decided.append(CandidateResult(id=cid, experiment=candidate.run, then=candidate.then, tier=tier,
-                                           measured=abnormal, tried=tried, outranked=outranked))
+                                           measured=abnormal, tried=tried, outranked=beaten))
         pool.wait([c.id for c in decided if c.tried])
     finally:
         pool.close()
@@ -462,23 +449,14 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, n
                for c in decided]
     results = [_ended(c, read, spec) if c.tried else c for c in decided]
     figures = {f"{r.id}.{spec.works}": r.works for r in results if r.tried and r.then}
-    working = [r for r in results if r.then and r.works]
-    if not working:
+    judged = judge_candidates(results, lambda then: _cause_of(playbook, then), spec.close)
+    if judged.winner is None:
         return Decision(node=node, goto=spec.otherwise, when=None, figures=figures, candidates=results,
-                        confidence="low", errors=errors)
-    winner = min(working, key=lambda r: (r.tier, r.score if r.score is not None else math.inf))
-    # A rival of another cause at the winner's tier that ends about as low: the data cannot tell the two
-    # apart. A working rival of a lower tier is the expected masking (a higher LR also "fixes" a clip
-    # that is too tight) and does not lower the confidence.
-    cause = _cause_of(playbook, winner.then)
-    also = {r.id for r in working if _cause_of(playbook, r.then) != cause and r.tier == winner.tier
-            and _close(r.score, winner.score, spec.close)}
-    results = [r.model_copy(update={"winner": r is winner, "also_works": r.id in also}) for r in results]
-    # "high" needs every candidate relevant to the symptom measured to its end: one that raised, ran out of
-    # memory or time, or could not run in this setup might have been the better fix.
-    unmeasured = any(r.then and r.status is not None and r.status != "ok" for r in results)
+                        confidence=judged.confidence, errors=errors)
+    winner = judged.winner
+    results = [r.model_copy(update={"winner": r is winner, "also_works": r.id in judged.also}) for r in results]
     return Decision(node=node, goto=winner.then, when=f"{winner.id} works best", figures=figures,
-                    candidates=results, confidence="medium" if also or unmeasured else "high", errors=errors)
+                    candidates=results, confidence=judged.confidence, errors=errors)
 
 
 def _ended(candidate: CandidateResult, read, spec: DifferentialNode) -> CandidateResult:
@@ -506,14 +484,6 @@ def _cause_of(playbook: Playbook, node: Optional[str]) -> Optional[str]:
     """The diagnosis a candidate's `then` stands for (two leaves may carry one root cause)."""
     spec = playbook.spec(node) if node else None
     return spec.diagnosis if isinstance(spec, LeafNode) else node
-
-
-def _close(score: Optional[float], best: Optional[float], close: float) -> bool:
-    """A competitor's score is within `close` of the winner's (both lower-is-better); unknown or
-    non-positive scores cannot show a clear gap, so they count as close."""
-    if score is None or best is None or score <= 0 or best <= 0:
-        return True
-    return best / score >= close
 
 
 def _is_number(value: Any) -> bool:

@@ -1,0 +1,57 @@
+"""Which candidate of a differential wins, and how sure that is: the lowest tier whose fix works (tier 1
+where the abnormality a candidate repairs was measured), the lowest score within it; medium where a rival
+of another cause at that tier ends about as low, or where a candidate relevant to the symptom was not
+measured to its end; low where no fix works."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+from triage.records import CandidateResult, Confidence
+
+
+def tier_of(declared: int, abnormal: Optional[bool]) -> int:
+    """A candidate's tier as ranked: 1 where its `measured` abnormality held, else the tier written."""
+    return 1 if abnormal else declared
+
+
+def outranked(*, leads_to_a_cause: bool, read_later: bool, lower_tier_works: Iterable[Optional[bool]]) -> bool:
+    """Not worth running: a fix of a lower tier already works, so this one could neither win nor come close
+    (both need the winner's tier). A control, or a candidate a later one reads, still runs."""
+    return leads_to_a_cause and not read_later and any(works is True for works in lower_tier_works)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    winner: Optional[CandidateResult]
+    also: frozenset[str]  # rivals of another cause at the winner's tier that end about as low
+    confidence: Confidence
+
+
+def judge_candidates(results: list[CandidateResult], cause_of: Callable[[Optional[str]], Optional[str]],
+                     close: float) -> Judgement:
+    """The winner among candidates measured to their end (`works`, `score` filled), by tier then score."""
+    working = [r for r in results if r.then and r.works]
+    if not working:
+        return Judgement(winner=None, also=frozenset(), confidence="low")
+    winner = min(working, key=lambda r: (r.tier, r.score if r.score is not None else math.inf))
+    # A rival of another cause at the winner's tier that ends about as low: the data cannot tell the two
+    # apart. A working rival of a lower tier is the expected masking (a higher LR also "fixes" a clip
+    # that is too tight) and does not lower the confidence.
+    cause = cause_of(winner.then)
+    also = frozenset(r.id for r in working if cause_of(r.then) != cause and r.tier == winner.tier
+                     and is_close(r.score, winner.score, close))
+    # "high" needs every candidate relevant to the symptom measured to its end: one that raised, ran out of
+    # memory or time, or could not run in this setup might have been the better fix.
+    unmeasured = any(r.then and r.status is not None and r.status != "ok" for r in results)
+    return Judgement(winner=winner, also=also, confidence="medium" if also or unmeasured else "high")
+
+
+def is_close(score: Optional[float], best: Optional[float], close: float) -> bool:
+    """A competitor's score is within `close` of the winner's (both lower-is-better); unknown or
+    non-positive scores cannot show a clear gap, so they count as close."""
+    if score is None or best is None or score <= 0 or best <= 0:
+        return True
+    return best / score >= close

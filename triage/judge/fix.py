@@ -1,0 +1,76 @@
+"""One definition of "the fix works" (DESIGN §4), for every experiment that applies a fix.
+
+A counterfactual, started from the same state as the run it is paired with (its reference), works when
+- it stays finite to the end: a spike it recovers from is fine, only its end window counts;
+- it ends clearly better than the run as it was: its end window (the median of its last fifth of
+  steps) at most `margin` x the reference's, and lower by at least MIN_GAIN of the loss of learning
+  nothing (a converged run's noise is no fault fixed), or the reference did not end finite at all;
+- it ends at a sane level: clearly below (`level_margin` x) the loss of a model that learned nothing
+  about its inputs — predicting the label frequencies for a classifier (ln K where they cannot be
+  measured), the mean target for a regressor — or below its own start when neither is known.
+  Staying finite at an absurd level (10^7 x chance) is not a fix, nor is ending at chance.
+- and it does not end below the loss's floor (0 for cross-entropy, MSE, BCE, ...: levels.py):
+  a loss under the least it can score is a symptom (a term with the wrong sign), however low.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from triage.judge.levels import LossLevels
+
+DEFAULT_MARGIN = 0.8  # "clearly better": the end window at least 20% below the run's
+DEFAULT_LEVEL_MARGIN = 0.9  # "clearly below" learning nothing: 10% under it, more than noise
+# "Clearly better" in size too: the gain at least 1% of the loss of learning nothing. A run that has all but
+# memorised its data (0.008 against ln 10 = 2.3) ends 40% "better" by the noise of a few batches.
+MIN_GAIN = 0.01
+
+
+class FixVerdict(BaseModel):
+    """The judge's reading of one counterfactual against its reference (the fields of VerifiedFix)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reference_end: float
+    improvement: Optional[float]
+    better: bool
+    sane_level: Optional[float]
+    sane_kind: Literal["constant", "chance", "start"]
+    sane: bool
+    fix_works: bool
+
+
+def judge_fix(*, finite: bool, loss_start: Optional[float], loss_end: Optional[float], reference_end: float,
+              levels: LossLevels, margin: float = DEFAULT_MARGIN,
+              level_margin: float = DEFAULT_LEVEL_MARGIN) -> FixVerdict:
+    """A counterfactual's own figures against its reference's end window (inf when the reference did not
+    end finite)."""
+    ended = finite and loss_end is not None and math.isfinite(loss_end)
+    improvement, better = None, False
+    if ended:
+        if not math.isfinite(reference_end):
+            improvement, better = 0.0, True
+        elif reference_end > 0:
+            improvement = loss_end / reference_end
+            nothing = levels.nothing_learned
+            better = improvement <= margin and not (nothing and reference_end - loss_end < MIN_GAIN * nothing)
+        else:  # a loss that can go negative: "clearly" is the same share of its size
+            better = loss_end < reference_end - (1 - margin) * abs(reference_end)
+    level, kind = sane_level(levels, loss_start, level_margin)
+    sane = bool(ended and level is not None and loss_end < level and not levels.below_floor(loss_end))
+    return FixVerdict(reference_end=reference_end, improvement=improvement, better=better, sane_level=level,
+                      sane_kind=kind, sane=sane, fix_works=bool(ended and better and sane))
+
+
+def sane_level(levels: LossLevels, loss_start: Optional[float],
+               level_margin: float = DEFAULT_LEVEL_MARGIN) -> tuple[Optional[float], Literal["constant", "chance", "start"]]:
+    """The level a fix must end below, and what it is: `level_margin` x the best constant prediction's loss,
+    else x ln K, else the counterfactual's own start."""
+    if levels.constant is not None and levels.constant > 0:
+        return level_margin * levels.constant, "constant"
+    if levels.chance is not None:
+        return level_margin * levels.chance, "chance"
+    return loss_start, "start"
