@@ -9,7 +9,7 @@ targets, read from the model's own output (a forward hook) and the batch's targe
 
 `standard_loss_swap` replays the run twice from the same start, for the same steps on the same
 batches: as it was, and trained on the standard loss. Both are scored by the standard loss at every
-step, so the two curves are in one unit, and the fix is verified (triage/experiments/verify.py) against
+step, so the two curves are in one unit, and the fix is verified (triage/judge/fix.py) against
 the run as it was, at a level measured in that unit (the label entropy, the target variance).
 """
 

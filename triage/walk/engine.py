@@ -271,7 +271,7 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
     except KeyboardInterrupt:  # the experiment in flight is lost; every finished one is kept
         log.warning("interrupted at node %s: %d experiments finished", node, len(runs))
         return so_far("interrupted")
-    except StopWalk as stopped:  # a rank raised or stopped responding (triage/distributed/settle.py)
+    except StopWalk as stopped:  # a rank raised or stopped responding (triage/walk/settle.py)
         stop = stopped
         runs[stop.run.node] = stop.run
         spec = stop.leaf
