@@ -125,6 +125,22 @@ def test_a_measured_abnormality_lifts_its_candidate_to_tier_1(tmp_path):
     assert result.leaf.diagnosis == "lr_too_high"
 
 
+def test_a_drastic_change_that_wins_with_nothing_measured_claims_no_more_than_its_confidence(tmp_path):
+    """A restart from a 10x smaller init "fixed" a 300M LM whose LR (1e-3) was too high for it, at high: its
+    LR trials had not learned in 40 steps. Tier 3 with `confidence: medium` wins at medium, unless the
+    abnormality it repairs was measured."""
+    candidates = """
+        lower: {run: fake_fix, with: {works: false, end: 0.9}, then: high_lr, tier: 2}
+        reinit: {run: fake_fix, with: {works: true, end: 0.2}, then: exploding, tier: 3, confidence: medium,
+                 measured: %s}
+    """
+    result, decision = diagnose(tmp_path, candidates % "setup.batch_count > 1000")
+    assert result.leaf.diagnosis == "exploding_gradients"
+    assert decision.confidence == "medium" and result.confidence == "medium"
+    result, decision = diagnose(tmp_path, candidates % "setup.batch_count > 0")  # measured: tier 1, no cap
+    assert decision.confidence == "high" and result.confidence == "high"
+
+
 def test_a_candidate_of_a_higher_tier_than_a_working_fix_is_not_run(tmp_path):
     """It could neither win nor come close (both need the winner's tier): it is recorded as outranked,
     with no run; a rival of the winner's own tier still runs, and so does a failing lower tier's."""

@@ -50,6 +50,8 @@ class CandidateResult(BaseModel):
                                                                "ok, error, oom, timeout or not_applicable.")
     outranked: bool = Field(default=False, description="Not run: a fix of a lower tier already worked, and a "
                                                        "candidate of this tier could not win against it.")
+    cap: Optional[Confidence] = Field(default=None, description="The most its win may claim (the candidate's "
+                                                               "`confidence:`, where nothing was `measured`).")
     unneeded: bool = Field(default=False, description="Not run: a control (no `then`) that no candidate tried "
                                                       "is compared with.")
     works: Optional[bool] = Field(default=None, description="The differential's `works` field, as measured.")

@@ -1,7 +1,8 @@
 """Which candidate of a differential wins, and how sure that is: the lowest tier whose fix works (tier 1
 where the abnormality a candidate repairs was measured), the lowest score within it; medium where a rival
 of another cause at that tier ends about as low, or where a candidate relevant to the symptom was not
-measured to its end; low where no fix works."""
+measured to its end; never more than the winner's own `confidence:` (a drastic change that won with
+nothing measured for it to repair); low where no fix works."""
 
 from __future__ import annotations
 
@@ -46,7 +47,10 @@ def judge_candidates(results: list[CandidateResult], cause_of: Callable[[Optiona
     # "high" needs every candidate relevant to the symptom measured to its end: one that raised, ran out of
     # memory or time, or could not run in this setup might have been the better fix.
     unmeasured = any(r.then and r.status is not None and r.status != "ok" for r in results)
-    return Judgement(winner=winner, also=also, confidence="medium" if also or unmeasured else "high")
+    confidence: Confidence = "medium" if also or unmeasured else "high"
+    if winner.cap is not None:  # a drastic change that won with nothing measured to repair: it may only mask
+        confidence = min(confidence, winner.cap, key=("low", "medium", "high").index)
+    return Judgement(winner=winner, also=also, confidence=confidence)
 
 
 def is_close(score: Optional[float], best: Optional[float], close: float) -> bool:

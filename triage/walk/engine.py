@@ -441,7 +441,8 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, n
                         f"{cid}.{spec.works}": _figure(read(cid, spec.works)),
                         f"{cid}.{spec.score}": _figure(read(cid, spec.score))})))
             decided.append(CandidateResult(id=cid, experiment=candidate.run, then=candidate.then, tier=tier,
-                                           measured=abnormal, tried=tried, outranked=beaten))
+                                           measured=abnormal, tried=tried, outranked=beaten,
+                                           cap=None if abnormal else candidate.confidence))
         pool.wait([c.id for c in decided if c.tried])
     finally:
         pool.close()

@@ -83,6 +83,9 @@ class Candidate(_Strict):
         default=None, description="The abnormality this fix repairs, as a condition on what was measured "
                                   "(the run clips every step, its weights collapsed): when it holds, the "
                                   "candidate ranks in tier 1, above settings that would only mask the cause.")
+    confidence: Optional[Confidence] = Field(
+        default=None, description="The most a win by this candidate may claim where nothing it repairs was "
+                                  "`measured` (a change so drastic it damps faults it is not the cause of).")
     budget_s: Optional[float] = Field(default=None, gt=0, description="Ignored, with a warning (it was a wall-clock "
                                       "budget): an experiment runs its steps; --max-minutes bounds the walk.")
 
