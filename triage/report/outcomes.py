@@ -13,10 +13,10 @@ Outcome of each experiment READS maps to it, with the same type; READS names eve
 every field a reader in report/ and cli/ asks for exists on the model it asked `outcome_of` for.
 
 Read leniently, so an older report renders: a field missing from the dict (a report of an earlier schema)
-reads as None, as it did when readers picked fields by name (a list too: readers write `or []`), fields the model does not show are
-ignored, and a field whose value does not fit its type reads as its default too. An experiment READS does
-not name (one a playbook's `imports:` registered) is read as the model the reader asked for, with the
-fields of it that it has: it renders as it did when readers picked fields by name.
+reads as None, as it did when readers picked fields by name (a list too: readers write `or []`); fields
+the model does not show are ignored; a field whose value does not fit its type reads as None too. An
+experiment READS does not name (one a playbook's `imports:` registered) is read as the model the reader
+asked for, with the fields of it that it has: it renders as it did when readers picked fields by name.
 """
 
 from __future__ import annotations
@@ -165,10 +165,10 @@ def outcome_of(run: Optional[ExperimentRun], expected: type[R]) -> Optional[R]:
 
 
 def _read(model: type[Reading], data: dict[str, Any]) -> Reading:
-    """`data` validated into `model`; a field whose value does not fit reads as its default."""
+    """`data` validated into `model`; a field whose value does not fit reads as None."""
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
         bad = {error["loc"][0] for error in exc.errors() if error["loc"]}
-        log.debug("outcome fields %s do not fit %s: read as defaults", sorted(map(str, bad)), model.__name__)
+        log.debug("outcome fields %s do not fit %s: read as None", sorted(map(str, bad)), model.__name__)
         return model.model_validate({k: v for k, v in data.items() if k not in bad})
