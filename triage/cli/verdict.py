@@ -10,6 +10,7 @@ from triage.load.disagreements import FINDING_ID as DISAGREEMENT
 from triage.report.coordinates import batch_place, nonfinite_step_words, replay_offset
 from triage.report.fix_trial import tried
 from triage.report.model import Report
+from triage.report.outcomes import ReplayRead, SearchRead, outcome_of
 
 _NOT_LOCATED = "not narrowed to a module, batch or parameter"
 
@@ -46,27 +47,28 @@ def proof(report: Report) -> str:
     run = report.experiment(report.proof) if report.proof else None
     if run is None:
         return _evidence(report)
-    outcome = run.outcome or {}
+    replay = outcome_of(run, ReplayRead)
     changed = _title(report, run.node) or run.experiment
-    if outcome.get("chosen"):
-        changed += f", {outcome['chosen']} chosen"
-    against = report.experiment(outcome["against"]) if outcome.get("against") else None
-    if against is None or "loss_end" not in outcome:
-        return f"{run.node}: {changed}: measured {_state(outcome, at=replay_offset(report, [run]))}"
-    before = _state(against.outcome or {}, outcome.get("reference_end"), replay_offset(report, [against]))
-    after = _state(outcome, at=replay_offset(report, [run]))
+    chosen = outcome_of(run, SearchRead)
+    if chosen is not None and chosen.chosen:
+        changed += f", {chosen.chosen} chosen"
+    against = report.experiment(replay.against) if replay is not None and replay.against else None
+    if against is None or replay is None:
+        return f"{run.node}: {changed}: measured {_state(replay, at=replay_offset(report, [run]))}"
+    before = _state(outcome_of(against, ReplayRead), replay.reference_end, replay_offset(report, [against]))
+    after = _state(replay, at=replay_offset(report, [run]))
     if before.startswith("end loss") and after.startswith("end loss"):
         after = after.removeprefix("end loss ")
-    steps = f"; {outcome['steps_run']} steps" if outcome.get("steps_run") else ""
+    steps = f"; {replay.steps_run} steps" if replay.steps_run else ""
     return f"{run.node}: {changed}: {before} → {after} ({against.node}, as the run was → with the fix{steps})"
 
 
-def _state(outcome: dict[str, Any], end: Optional[Any] = None, at: Optional[int] = None) -> str:
+def _state(replay: Optional[ReplayRead], end: Optional[Any] = None, at: Optional[int] = None) -> str:
     """How a replay ended: non-finite at a step (the run's, where `at`, its step of replay step 0, is
     known), or its end loss."""
-    if outcome.get("finite") is False:
-        return f"non-finite at {nonfinite_step_words(outcome.get('first_nonfinite_step'), at)}"
-    end = end if end is not None else outcome.get("loss_end")
+    if replay is not None and replay.finite is False:
+        return f"non-finite at {nonfinite_step_words(replay.first_nonfinite_step, at)}"
+    end = end if end is not None else replay.loss_end if replay is not None else None
     return f"end loss {figure(end)}" if end is not None else "nothing measured"
 
 

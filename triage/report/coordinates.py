@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from triage.report.outcomes import BatchScanRead, DataCheckRead, SearchRead, outcome_of
+
 if TYPE_CHECKING:
     from triage.records import ExperimentRun
     from triage.report.model import Report
@@ -102,22 +104,23 @@ def batch_place(report: "Report", batch: int) -> BatchPlace:
 def _nonfinite_in(experiments: list["ExperimentRun"], batch: int) -> dict[str, Any]:
     """The first non-finite tensor the data check found in training batch `batch`."""
     for run in experiments:
-        for entry in (run.outcome or {}).get("nonfinite") or []:
-            if isinstance(entry, dict) and entry.get("split") == "train" and entry.get("batch") == batch:
-                return {"tensor": entry.get("key"), "value": _float(entry.get("first_value")),
-                        "value_index": list(entry.get("first_index") or []), "sample_id": entry.get("sample_id"),
-                        "nonfinite": _int(entry.get("nan")) + _int(entry.get("inf")), "numel": entry.get("numel")}
+        checked = outcome_of(run, DataCheckRead)
+        for entry in (checked.nonfinite if checked is not None else None) or []:
+            if entry.split == "train" and entry.batch == batch:
+                return {"tensor": entry.key, "value": _float(entry.first_value),
+                        "value_index": list(entry.first_index or []), "sample_id": entry.sample_id,
+                        "nonfinite": _int(entry.nan) + _int(entry.inf), "numel": entry.numel}
     return {}
 
 
 def _outlier_in(experiments: list["ExperimentRun"], batch: int) -> dict[str, Any]:
     """The tensor whose scale the batch scan found standing out in batch `batch`."""
     for run in experiments:
-        out = run.outcome or {}
-        if out.get("worst_batch") == batch and out.get("worst_tensor"):
-            return {"tensor": out["worst_tensor"], "value": _float(out.get("worst_value")),
-                    "value_index": list(out.get("worst_value_index") or []),
-                    "typical_value": _float(out.get("typical_value")), "sample_id": out.get("worst_sample_id")}
+        scan = outcome_of(run, BatchScanRead)
+        if scan is not None and scan.worst_batch == batch and scan.worst_tensor:
+            return {"tensor": scan.worst_tensor, "value": _float(scan.worst_value),
+                    "value_index": list(scan.worst_value_index or []),
+                    "typical_value": _float(scan.typical_value), "sample_id": scan.worst_sample_id}
     return {}
 
 
@@ -131,7 +134,8 @@ def replay_offset(report: "Report", runs: list["ExperimentRun"]) -> Optional[int
 
 def restarted(run: "ExperimentRun") -> bool:
     """The replay started from a fresh initialisation (its own, or the init a search chose), not the checkpoint."""
-    chosen = (run.outcome or {}).get("chosen")
+    search = outcome_of(run, SearchRead)
+    chosen = search.chosen if search is not None else None
     return run.params.get("init", "checkpoint") != "checkpoint" or (isinstance(chosen, str) and chosen.startswith("init="))
 
 

@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional
 from triage.records import CandidateResult, Decision, ExperimentRun
 from triage.report import figures, plots
 from triage.report.model import Report
+from triage.report.outcomes import ReplayRead, VerifiedFixRead, outcome_of
 
 
 @dataclass
@@ -51,13 +52,13 @@ def _view(report: Report, decision: Decision, curve: Curve) -> DifferentialView:
     rows = []
     for c in decision.candidates:
         run = report.experiment(c.id)
-        outcome = (run.outcome or {}) if run else {}
+        fix = outcome_of(run, ReplayRead) or ReplayRead()
         rows.append(CandidateRow(
             id=c.id, title=declared[c.id].title if c.id in declared else None, cause=causes.get(c.then, c.then) if c.then else "control",
             tier=c.tier if c.then else None, tried=c.tried,
             status=_status(run, c),
-            end=outcome.get("loss_end"), reference_end=outcome.get("reference_end"),
-            improvement=outcome.get("improvement"), sane=outcome.get("sane"), works=c.works,
+            end=fix.loss_end, reference_end=fix.reference_end,
+            improvement=fix.improvement, sane=fix.sane, works=c.works,
             winner=c.winner, also_works=c.also_works))
     return DifferentialView(node=decision.node, title=titles.get(decision.node), confidence=decision.confidence,
                             rows=rows, reason=reason(decision, causes), plot=_plot(report, decision, curve))
@@ -116,7 +117,8 @@ def reason(decision: Decision, causes: dict[str, str]) -> str:
 
 
 def _paired(run: Optional[ExperimentRun]) -> bool:
-    return run is not None and isinstance((run.outcome or {}).get("against"), str)
+    fix = outcome_of(run, VerifiedFixRead)
+    return fix is not None and isinstance(fix.against, str)
 
 
 def _plot(report: Report, decision: Decision, curve: Curve) -> Optional[str]:
@@ -125,7 +127,7 @@ def _plot(report: Report, decision: Decision, curve: Curve) -> Optional[str]:
     by another loss, say) is left out: its curve is in another unit, and its own section draws it."""
     series = []
     tried = [c for c in decision.candidates if c.tried and c.then and _paired(report.experiment(c.id))]
-    references = {(report.experiment(c.id).outcome or {}).get("against") for c in tried}
+    references = {outcome_of(report.experiment(c.id), VerifiedFixRead).against for c in tried}  # paired: read
     for ref in sorted(r for r in references if isinstance(r, str)):
         losses = curve(report.experiment(ref))
         if losses:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from triage.records import ExperimentRun
 from triage.report.coordinates import batch_step, restarted as started_fresh
+from triage.report.outcomes import GradientFlowRead, LrSearchRead, ReplayRead, SearchRead, outcome_of
 
 if TYPE_CHECKING:
     from triage.report.model import Report
@@ -112,48 +113,53 @@ def fix_trial(proof: Optional[ExperimentRun], reference: Optional[ExperimentRun]
     """The proof's replay in values; None where there is no proof replay with a loss to show."""
     if proof is None or proof.status != "ok" or not proof.outcome:
         return None
-    out, params = proof.outcome, proof.params
-    ref = reference.outcome if reference is not None and reference.node != proof.node else None
-    ref_params = reference.params if ref is not None else {}
+    out = outcome_of(proof, ReplayRead) or ReplayRead()  # a proof that is no replay: nothing of one to read
+    params = proof.params
+    paired = reference is not None and reference.node != proof.node and bool(reference.outcome)
+    ref = (outcome_of(reference, ReplayRead) or ReplayRead()) if paired else None
+    ref_params = reference.params if ref is not None and reference is not None else {}
     restarted = started_fresh(proof)
-    changes = _changes(out, params, ref or {}, ref_params, experiments, run_precision,
+    changes = _changes(proof, out, ref or ReplayRead(), paired, ref_params, experiments, run_precision,
                        lambda i: batch_step(i, checkpoint_step, batch_steps)[0], run_weight_decay)
     if not changes and ref is None:
         return None
     step0 = 0 if restarted else checkpoint_step
-    bad = (ref or {}).get("first_nonfinite_step")
+    bad = ref.first_nonfinite_step if ref is not None else None
     ref_step0 = (0 if started_fresh(reference) else checkpoint_step) if ref is not None else None
     return FixTrial(
         node=proof.node, against=reference.node if ref is not None else None, changes=changes,
-        from_step=step0, restarted=restarted, steps=_int(out.get("steps_run")),
-        loss_with_fix=_float(out.get("loss_end")),
-        loss_without_fix=_float(out.get("reference_end")) if out.get("reference_end") is not None
-        else _float((ref or {}).get("loss_end")),
+        from_step=step0, restarted=restarted, steps=_int(out.steps_run),
+        loss_with_fix=_float(out.loss_end),
+        loss_without_fix=_float(out.reference_end) if out.reference_end is not None
+        else _float(ref.loss_end if ref is not None else None),
         # The run's count where the reference's start is known (a restart counts from 0); else no step is claimed.
         without_nonfinite_step=ref_step0 + 1 + bad if isinstance(bad, int) and ref_step0 is not None
-        and (ref or {}).get("finite") is False else None,
-        fix_works=out.get("fix_works") if isinstance(out.get("fix_works"), bool) else None)
+        and ref is not None and ref.finite is False else None,
+        fix_works=out.fix_works if isinstance(out.fix_works, bool) else None)
 
 
-def _changes(out: dict[str, Any], params: dict[str, Any], ref: dict[str, Any], ref_params: dict[str, Any],
+def _changes(proof: ExperimentRun, out: ReplayRead, ref: ReplayRead, paired: bool, ref_params: dict[str, Any],
              experiments: list[ExperimentRun], run_precision: str, step_of: Callable[[int], Optional[int]],
              run_weight_decay: Optional[float]) -> list[SettingChange]:
-    changes = []
-    lr_before, lr_after = _first(ref.get("lrs")), _first(out.get("lrs"))
+    """`out`, `ref`: the fix's replay and the run as it was (`paired`: there is one with an outcome)."""
+    params, changes = proof.params, []
+    search, lr_search = outcome_of(proof, SearchRead), outcome_of(proof, LrSearchRead)
+    lr_before, lr_after = _first(ref.lrs), _first(out.lrs)
     if lr_before is not None and lr_after is not None and not _close(lr_before, lr_after):
-        owner, factor = out.get("lr_owner") or params.get("lr_of"), _float(out.get("lr_factor"))
+        owner = (lr_search.lr_owner if lr_search is not None else None) or params.get("lr_of")
+        factor = _float(lr_search.lr_factor if lr_search is not None else None)
         if owner and factor:  # the run as it was logs another optimizer's LR first: the owner's was after / factor
             lr_before = lr_after / factor
         changes.append(SettingChange(setting=f"learning rate of '{owner}'" if owner else "learning rate", key="lr",
                                      before=lr_before, after=lr_after))
-    clip_before, clip_after = _float(ref.get("clip_threshold")), _float(out.get("clip_threshold"))
-    if ref and (clip_before is None) != (clip_after is None) or (
+    clip_before, clip_after = _float(ref.clip_threshold), _float(out.clip_threshold)
+    if paired and (clip_before is None) != (clip_after is None) or (
             clip_before is not None and clip_after is not None and not _close(clip_before, clip_after)):
         changes.append(SettingChange(setting="gradient clip", key="clip", before=clip_before, after=clip_after))
     if params.get("precision") and params["precision"] != (ref_params.get("precision") or run_precision):
         changes.append(SettingChange(setting="precision", key="precision",
                                      before=ref_params.get("precision") or run_precision, after=params["precision"]))
-    chosen = out.get("chosen") if isinstance(out.get("chosen"), str) else ""
+    chosen = (search.chosen if search is not None else None) or ""
     init = chosen.removeprefix("init=") if chosen.startswith("init=") else params.get("init", "checkpoint")
     if init != ref_params.get("init", "checkpoint"):
         changes.append(SettingChange(setting="initial weights", key="init",
@@ -162,8 +168,8 @@ def _changes(out: dict[str, Any], params: dict[str, Any], ref: dict[str, Any], r
     if params.get("unfreeze") and not ref_params.get("unfreeze"):
         changes.append(SettingChange(setting="trained parameters", key="unfreeze", before="as the run",
                                      after=_frozen(experiments) or "every parameter"))
-    skipped = [str(i) for i in out.get("skipped") or []]
-    if skipped and skipped != [str(i) for i in ref.get("skipped") or []]:
+    skipped = [str(i) for i in out.skipped or []]
+    if skipped and skipped != [str(i) for i in ref.skipped or []]:
         steps = [step_of(int(i)) for i in skipped]
         changes.append(SettingChange(setting="snapshot batches skipped", key="skip_batches", before=None,
                                      after=skipped, run_steps=steps if all(s is not None for s in steps) else None))
@@ -183,9 +189,9 @@ def _changes(out: dict[str, Any], params: dict[str, Any], ref: dict[str, Any], r
                                 ("hold_peak_of", "learning-rate schedule", "held at its peak")):
         if params.get(key) and not ref_params.get(key):
             changes.append(SettingChange(setting=setting, key=key, before="as the run", after=after))
-    if params.get("loop") != ref_params.get("loop", params.get("loop")) and out.get("loop_used") != ref.get("loop_used"):
-        changes.append(SettingChange(setting="training step", key="loop", before=_LOOPS.get(ref.get("loop_used")),
-                                     after=_LOOPS.get(out.get("loop_used"))))
+    if params.get("loop") != ref_params.get("loop", params.get("loop")) and out.loop_used != ref.loop_used:
+        changes.append(SettingChange(setting="training step", key="loop", before=_LOOPS.get(ref.loop_used),
+                                     after=_LOOPS.get(out.loop_used)))
     return changes
 
 
@@ -197,8 +203,8 @@ _INITS = {"checkpoint": "the checkpoint's weights", "setup": "setup()'s own init
 def _frozen(experiments: list[ExperimentRun]) -> list[str]:
     """The parameters the gradient-flow check found frozen or left out of the optimizer."""
     for run in experiments:
-        out = run.outcome or {}
-        names = [n for key in ("frozen", "not_in_optimizer") for n in out.get(key) or [] if isinstance(n, str)]
+        flow = outcome_of(run, GradientFlowRead)
+        names = [n for group in ((flow.frozen, flow.not_in_optimizer) if flow is not None else ()) for n in group or []]
         if names:
             return list(dict.fromkeys(names))
     return []

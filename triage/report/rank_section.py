@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from triage.report import labels
 from triage.report.model import Report
+from triage.report.outcomes import LocateRead, ReplicaRead, ReplayRead, outcome_of
 
 MAX_RANKS_SHOWN = 16  # columns; the rest are in report.json
 
@@ -43,22 +44,23 @@ def rank_section(report: Report) -> Optional[RankSection]:
     section = RankSection(world_size=info.world_size, backend=info.backend, wrapper=info.wrapper,
                           batches_per_rank=info.batches_per_rank, shown=shown)
     for run in report.experiments:
-        outcome = run.outcome or {}
-        ends = outcome.get("rank_loss_end") or []
+        replay, located, replicas = (outcome_of(run, ReplayRead), outcome_of(run, LocateRead),
+                                     outcome_of(run, ReplicaRead))
+        ends = (replay.rank_loss_end if replay is not None else None) or []
         if ends and len(set(map(repr, ends))) > 1:
             section.rows.append(RankRow(run.node, "end loss (own batches)", ends[:shown]))
-        if outcome.get("first_nonfinite_ranks"):
-            ranks = ", ".join(map(str, outcome["first_nonfinite_ranks"]))
+        if replay is not None and replay.first_nonfinite_ranks:
+            ranks = ", ".join(map(str, replay.first_nonfinite_ranks))
             section.notes.append(f"{run.node}: the first non-finite value appeared on rank {ranks} "
-                                 f"(step {outcome.get('first_nonfinite_step')}).")
-        if run.experiment == "locate_nonfinite" and outcome.get("rank") is not None:
-            where = " · ".join(str(outcome[k]) for k in ("module", "op", "source") if outcome.get(k))
-            section.notes.append(f"{run.node}: the non-finite value starts on rank {outcome['rank']}"
+                                 f"(step {replay.first_nonfinite_step}).")
+        if run.experiment == "locate_nonfinite" and located is not None and located.rank is not None:
+            where = " · ".join(str(part) for part in (located.module, located.op, located.source) if part)
+            section.notes.append(f"{run.node}: the non-finite value starts on rank {located.rank}"
                                  + (f" ({where})" if where else "") + ".")
-        if run.experiment == "replica_sync" and outcome.get("parameters"):
-            apart = ", ".join(map(str, outcome.get("ranks_apart") or []))
-            section.notes.append(f"{run.node}: {outcome.get('out_of_sync_count')} parameter(s) out of sync "
-                                 f"({outcome.get('first_moment')}), worst {outcome.get('worst_parameter')}"
+        if run.experiment == "replica_sync" and replicas is not None and replicas.parameters:
+            apart = ", ".join(map(str, replicas.ranks_apart or []))
+            section.notes.append(f"{run.node}: {replicas.out_of_sync_count} parameter(s) out of sync "
+                                 f"({replicas.first_moment}), worst {replicas.worst_parameter}"
                                  + (f"; ranks apart: {apart}" if apart else "") + ".")
         for name, values in run.per_rank.items():
             section.rows.append(RankRow(run.node, labels.words(name), values[:shown]))
