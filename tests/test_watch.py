@@ -149,6 +149,17 @@ def test_a_failing_then_is_logged_and_the_capture_still_counts_as_done(tmp_path)
     assert (tmp_path / f"capture-{step:07d}-spike.report" / "report.html").is_file()
 
 
+def test_once_exits_1_when_a_capture_it_triaged_failed(tmp_path):
+    step = watch_run.train(str(tmp_path))
+    capture = tmp_path / f"capture-{step:07d}-spike"
+    checkpoint = next(p for p in capture.iterdir() if p.suffix == ".pt")
+    checkpoint.write_bytes(b"not a checkpoint")  # the triage of it fails with a clear error
+    done = subprocess.run([sys.executable, "-m", "triage", "watch", str(tmp_path), "--entry", watch_run.ENTRY,
+                           "--once"], cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and f"the triage of {capture.name} failed" in done.stdout + done.stderr
+    assert state(tmp_path)[capture.name]["status"] == "failed"
+
+
 class Started:
     def __init__(self):
         self.calls = []

@@ -203,19 +203,25 @@ def watch(
 
     A capture is finished when the recorder has written its manifest (last, atomically). Restarted, the
     watcher never triages a capture twice and triages again the one it was stopped in (its state is in
-    .triage-watch/ beside the reports). Exit codes: 0 stopped or done (--once), 2 bad input.
+    .triage-watch/ beside the reports). Exit codes: 0 stopped, or done (--once); 1 a triage failed (--once);
+    2 bad input.
     """
     from triage.cli.watch.sidecar import Watcher, WatchOptions
 
     with _user_errors(debug):
         options = WatchOptions(root=folder, entry=entry, out=out, then=then, threads=threads, device=device,
                                nice=nice, steps=steps, playbook=playbook, only=only)
+        watcher = Watcher(options)
         try:
-            Watcher(options).run(once=once, interval=interval)
+            watcher.run(once=once, interval=interval)
         except KeyboardInterrupt:
             console.print("[bold yellow]triage watch:[/] stopped; a capture in the middle of its triage is "
                           "triaged again when the watcher restarts.", highlight=False)
             raise typer.Exit(130)
+        if once and watcher.failed:  # a scheduled `--once` must not report success over a failed triage
+            console.print(f"[bold red]triage watch:[/] the triage of {', '.join(watcher.failed)} failed; "
+                          f"its log is beside its report, and its state in .triage-watch/.", highlight=False)
+            raise typer.Exit(1)
 
 
 @app.command("read-history")

@@ -110,6 +110,7 @@ class Watcher:
         self.options = options
         self.state = StateFile(options.out or options.root).open()
         self._child: Optional[subprocess.Popen] = None
+        self.failed: list[str] = []  # captures whose triage failed while this watcher ran (`--once` exits 1)
 
     def run(self, once: bool, interval: float) -> int:
         """Poll until stopped (or, with `once`, until what is there now is done). Returns the number of
@@ -138,9 +139,7 @@ class Watcher:
                 return 0
             if record is None or record.status == "running":
                 if record is not None and record.attempts >= MAX_ATTEMPTS:
-                    log.error("%s: %d triages were started and none finished; giving up on it",
-                              name, record.attempts)
-                    self.state.update(name, status="failed", error=f"{record.attempts} triages started, none finished")
+                    self._failed(name, f"{record.attempts} triages were started and none finished; giving up on it")
                     return 0
                 if record is not None:
                     log.warning("%s: a watcher stopped in the middle of its triage; triaging it again",
@@ -183,6 +182,7 @@ class Watcher:
     def _failed(self, name: str, error: str) -> None:
         log.error("%s: %s", name, error)
         self.state.update(name, status="failed", error=error)
+        self.failed.append(name)
 
     def _argv(self, capture: Path, entry: str, out: Path) -> list[str]:
         argv = [sys.executable, "-m", "triage", "run", "--checkpoint", str(capture.absolute()), "--entry", entry,
