@@ -27,6 +27,7 @@ DEFAULT_LEVEL_MARGIN = 0.9  # "clearly below" learning nothing: 10% under it, mo
 # "Clearly better" in size too: the gain at least 1% of the loss of learning nothing. A run that has all but
 # memorised its data (0.008 against ln 10 = 2.3) ends 40% "better" by the noise of a few batches.
 MIN_GAIN = 0.01
+SaneKind = Literal["constant", "chance", "start"]  # what the sane level is made of
 
 
 class FixVerdict(BaseModel):
@@ -38,7 +39,7 @@ class FixVerdict(BaseModel):
     improvement: Optional[float]
     better: bool
     sane_level: Optional[float]
-    sane_kind: Literal["constant", "chance", "start"]
+    sane_kind: SaneKind
     sane: bool
     fix_works: bool
 
@@ -66,7 +67,7 @@ def judge_fix(*, finite: bool, loss_start: Optional[float], loss_end: Optional[f
 
 
 def sane_level(levels: LossLevels, loss_start: Optional[float],
-               level_margin: float = DEFAULT_LEVEL_MARGIN) -> tuple[Optional[float], Literal["constant", "chance", "start"]]:
+               level_margin: float = DEFAULT_LEVEL_MARGIN) -> tuple[Optional[float], SaneKind]:
     """The level a fix must end below, and what it is: `level_margin` x the best constant prediction's loss,
     else x ln K, else the counterfactual's own start."""
     if levels.constant is not None and levels.constant > 0:

@@ -405,9 +405,9 @@ def _differential(playbook: Playbook, node: str, spec: DifferentialNode, read, n
                   listener: Listener, controls: Controls) -> Decision:
     """Try each candidate whose `if` holds, then go where the winner leads, as the judge picks it
     (judge/differential.py: the lowest tier whose fix works, tier 1 where the abnormality a candidate
-    repairs was `measured`, the best score within it). A candidate of a higher tier than a fix that already works is not
-    run (`outranked`): it could neither win nor come close, both of which need the winner's tier (one a
-    later candidate reads, `against:` say, still runs).
+    repairs was `measured`, the best score within it). A candidate of a higher tier than a fix that
+    already works is not run (`outranked`): it could neither win nor come close, both of which need the
+    winner's tier (one a later candidate reads, `against:` say, still runs).
 
     Candidates are taken in the order written; one that reads an earlier one (its `if`, `measured` or a
     parameter such as `against:`), or that a lower tier's result could outrank, waits for what it needs,
