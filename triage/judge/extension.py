@@ -11,9 +11,10 @@ from pydantic import BaseModel, ConfigDict
 from triage.judge.fix import judge_fix
 from triage.judge.levels import LossLevels
 
-# A replay that ends 50% above the loss of learning nothing has blown up: a model that learned nothing scores
-# that loss, and one at a sane LR never sits far above it.
-BLOWN_UP = 1.5
+# A replay that ends 20% above the loss of learning nothing has blown up: it scores worse than a constant
+# prediction, which a model at a sane LR never does. (1.5 missed the 40M LR fault's restart at the run's LR,
+# 1.48x on CPU; at 1.2 every suite split, tune, heldout, lofo and blind, walks as at 1.5, case by case.)
+BLOWN_UP = 1.2
 
 
 class ReferenceFigures(BaseModel):
