@@ -40,6 +40,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 VOCAB, CONTEXT, BATCH, SNAPSHOT_BATCHES = 512, 128, 16, 16
 SUCCESSORS = 8  # likely next tokens of each token: the chain's entropy is about ln 8 + a little
@@ -143,12 +144,13 @@ def lm_loss(model, batch):
     return _torch().nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
 
 
-def setup(size: str = "1M", run: str = "healthy", device: str = "cpu"):
+def setup(size: str = "1M", run: str = "healthy", device: str = "cpu", lr: Optional[float] = None):
+    """The run's Setup: `run`'s LR (healthy: the size's own), or `lr` where given (the sweep)."""
     import triage
 
     torch = _torch()
     model = build_model(SIZES[size]).to(device)
-    lr = HEALTHY_LR[size] if run == "healthy" else RUNS[run] if run in RUNS else float(run)
+    lr = lr if lr is not None else HEALTHY_LR[size] if run == "healthy" else RUNS[run]
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
     batches = [tuple(t.to(device) for t in b) for b in token_batches(SNAPSHOT_BATCHES)]
     return triage.Setup(model=model, optimizer=optimizer, loss_fn=lm_loss, batches=batches, device=device)
@@ -187,7 +189,7 @@ def sweep(size: str, device: str, steps: int) -> str:
     """The loss after `steps` steps from init at each LR of SWEEP: which LR trains this size (a row)."""
     ends = []
     for lr in SWEEP:
-        s = setup(size, repr(lr), device)
+        s = setup(size, device=device, lr=lr)
         for step in range(steps):
             s.optimizer.zero_grad(set_to_none=True)
             loss = lm_loss(s.model, s.batches[step % len(s.batches)])

@@ -4,13 +4,14 @@ per example. Equal digests mean byte-identical contents."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Optional
 
 import torch
 
 from triage.batches import named_tensors
 
-ROUNDING = 1e-6  # example rows are compared rounded, as overlap_check does (-0.0 and 0.0 alike)
+# Floats equal to this precision count as the same example (a CSV round trip, say); -0.0 and 0.0 alike.
+ROUNDING = 1e-6
 
 
 def tensor_digest(tensor: torch.Tensor) -> bytes:
@@ -43,8 +44,9 @@ def order_digest(batches: Iterable[Any], limit: int) -> list[bytes]:
     return out
 
 
-def example_digests(batches: list[Any], limit: int) -> Iterator[bytes]:
-    """One digest per example (a row of the batch's input tensor), at most `limit`."""
+def example_digests(batches: list[Any], limit: Optional[int] = None) -> Iterator[bytes]:
+    """One digest per example (a row of the batch's input tensor, floats rounded to ROUNDING), at most
+    `limit` (None: all)."""
     from triage.experiments.probes import input_tensor
 
     count = 0
@@ -54,9 +56,9 @@ def example_digests(batches: list[Any], limit: int) -> Iterator[bytes]:
             continue
         rows = x.detach().reshape(x.shape[0], -1).cpu()
         if rows.is_floating_point():
-            rows = torch.round(rows.double() / ROUNDING) + 0.0
+            rows = torch.round(rows.double() / ROUNDING) + 0.0  # + 0.0: -0.0 becomes 0.0, and hashes alike
         for row in rows.numpy():
-            if count == limit:
+            if limit is not None and count == limit:
                 return
             count += 1
             yield hashlib.blake2b(row.tobytes(), digest_size=16).digest()

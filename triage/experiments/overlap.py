@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any, Iterator
-
-import torch
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.experiments.probes import input_tensor
-
-ROUNDING = 1e-6  # floats equal to this precision count as the same example (a CSV round trip, say)
+from triage.experiments.fingerprint import example_digests
 
 
 class OverlapParams(Params):
@@ -31,10 +25,10 @@ def measure(ctx: Context, p: OverlapParams) -> OverlapOutcome:
     session = ctx.session
     if not session.val_batches:
         return OverlapOutcome(has_val=False)
-    train_hashes = list(_example_hashes(session.batches))
+    train_hashes = list(example_digests(session.batches))
     train = set(train_hashes)
     val_examples, duplicates, first = 0, 0, []
-    for index, digest in enumerate(_example_hashes(session.val_batches)):
+    for index, digest in enumerate(example_digests(session.val_batches)):
         val_examples += 1
         if digest in train:
             duplicates += 1
@@ -44,20 +38,6 @@ def measure(ctx: Context, p: OverlapParams) -> OverlapOutcome:
         has_val=True, train_examples=len(train_hashes), val_examples=val_examples, duplicates=duplicates,
         duplicate_fraction=duplicates / val_examples if val_examples else 0.0, first_duplicates=first,
     )
-
-
-def _example_hashes(batches: list[Any]) -> Iterator[bytes]:
-    """One digest per example: its input tensor's row (dim 0 of the batch), floats rounded to 1e-6."""
-    for batch in batches:
-        x = input_tensor(batch)
-        if x is None or x.dim() == 0:
-            continue
-        rows = x.detach().reshape(x.shape[0], -1).cpu()
-        if rows.is_floating_point():
-            # + 0.0 turns -0.0 into 0.0, so the two hash alike
-            rows = torch.round(rows.double() / ROUNDING) + 0.0
-        for row in rows.numpy():
-            yield hashlib.blake2b(row.tobytes(), digest_size=16).digest()
 
 
 OVERLAP_CHECK = Experiment(

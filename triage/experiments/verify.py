@@ -4,13 +4,12 @@
 
 from __future__ import annotations
 
-import math
-from typing import Literal, Optional
+from typing import Optional
 
 from pydantic import Field
 
 from triage.experiments.base import Outcome
-from triage.judge.fix import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, judge_fix
+from triage.judge.fix import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, SaneKind, end_of, judge_fix
 from triage.judge.levels import LossLevels
 
 __all__ = ["DEFAULT_LEVEL_MARGIN", "DEFAULT_MARGIN", "VerifiedFix", "verification"]
@@ -31,7 +30,7 @@ class VerifiedFix(Outcome):
     better: Optional[bool] = Field(default=None, description="Ends at most margin x the reference's end.",
                                    json_schema_extra={"ranks": "all"})
     sane_level: Optional[float] = Field(default=None, description="The level it must end below.")
-    sane_kind: Optional[Literal["constant", "chance", "start"]] = Field(
+    sane_kind: Optional[SaneKind] = Field(
         default=None, description="constant: level_margin x the best constant prediction's loss (label "
                                   "frequencies, mean target); chance: level_margin x ln K; start: its own start.")
     sane: Optional[bool] = Field(default=None, description="Ends below sane_level, and not below the loss's floor.",
@@ -53,7 +52,4 @@ def verification(*, finite: bool, loss_start: Optional[float], loss_end: Optiona
 
 
 def _end(reference: Outcome) -> float:
-    end = getattr(reference, "loss_end", None)
-    if not getattr(reference, "finite", False) or end is None or not math.isfinite(end):
-        return math.inf
-    return float(end)
+    return end_of(getattr(reference, "finite", False), getattr(reference, "loss_end", None))

@@ -3,12 +3,11 @@ that starts slowly is not ruled out by a window that was too short for it."""
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict
 
-from triage.judge.fix import judge_fix
+from triage.judge.fix import end_of, judge_fix
 from triage.judge.levels import LossLevels
 
 # A replay that ends 20% above the loss of learning nothing has blown up: it scores worse than a constant
@@ -27,12 +26,6 @@ class ReferenceFigures(BaseModel):
     loss_ratio: Optional[float]
     level_ratio: Optional[float]
 
-    @property
-    def end(self) -> float:
-        """Its end window, inf where it did not end finite (as judge_fix reads a reference)."""
-        if not self.finite or self.loss_end is None or not math.isfinite(self.loss_end):
-            return math.inf
-        return float(self.loss_end)
 
 
 def worth_more_steps(*, start: Optional[float], end: Optional[float], reference: ReferenceFigures,
@@ -58,5 +51,5 @@ def worth_more_steps(*, start: Optional[float], end: Optional[float], reference:
         learned_nothing = reference.level_ratio is not None and reference.level_ratio > level_margin
         if not learned_nothing or not nothing or nothing <= 0 or end / nothing > level_margin:
             return False
-    return not judge_fix(finite=True, loss_start=start, loss_end=end, reference_end=reference.end, levels=levels,
+    return not judge_fix(finite=True, loss_start=start, loss_end=end, reference_end=end_of(reference.finite, reference.loss_end), levels=levels,
                          margin=margin, level_margin=level_margin).fix_works

@@ -66,6 +66,13 @@ def judge_fix(*, finite: bool, loss_start: Optional[float], loss_end: Optional[f
                       sane_kind=kind, sane=sane, fix_works=bool(ended and better and sane))
 
 
+def end_of(finite: bool, loss_end: Optional[float]) -> float:
+    """A reference's end window as a fix is judged against it: inf where it did not end finite."""
+    if not finite or loss_end is None or not math.isfinite(loss_end):
+        return math.inf
+    return float(loss_end)
+
+
 def sane_level(levels: LossLevels, loss_start: Optional[float],
                level_margin: float = DEFAULT_LEVEL_MARGIN) -> tuple[Optional[float], SaneKind]:
     """The level a fix must end below, and what it is: `level_margin` x the best constant prediction's loss,
