@@ -9,7 +9,7 @@ self-attention, LayerNorm -> 4x MLP with GELU), a final LayerNorm and an untied 
 0.1), no schedule. The data is made here: token sequences of a fixed random Markov chain over 512 tokens
 (each token has 8 likely successors), batch 16 x 128 tokens, a snapshot of 16 batches the run cycles
 through. For each size and run (healthy: the size's HEALTHY_LR, below; lr_high: lr 0.1, at which the model spikes and then
-sits at the loss of learning nothing) it trains the run for --train-steps steps from init, saves a
+sits at the loss of learning nothing; lr_stall, at 40M and 300M only: lr 1e-3, at which they learn nothing) it trains the run for --train-steps steps from init, saves a
 checkpoint (model, AdamW state, step, loss history), times one plain training step of the same model and
 batch on the same thread (the median of 10 after 3 warm-ups; --threads sets the threads of both), then
 triages the checkpoint in a fresh process as `triage run` does (candidates two at a time where a fork is
@@ -60,14 +60,17 @@ SIZES = {  # name -> shape; parameters with embeddings and head, at VOCAB 512 an
     "40M": Size(512, 12, 8),  # ~38M
     "300M": Size(1024, 24, 16),  # ~303M: --device cuda only
 }
-RUNS = {"healthy": 1e-3, "lr_high": 0.1}  # the run's AdamW learning rate
+# The run's AdamW learning rate. lr_stall: 1e-3, which trains up to 8M but learns nothing in 80 steps at 40M
+# and 300M (below), so it is a fault (lr_too_high) only at those sizes.
+RUNS = {"healthy": 1e-3, "lr_high": 0.1, "lr_stall": 1e-3}
 # A deeper model needs a smaller LR to train without warmup: at 1e-3 the 40M and 300M models learn nothing in
 # 80 steps (6.33 -> 6.21 and 6.44 -> 6.23 against ln 512 = 6.24, on an H200), so 1e-3 is not "healthy" there.
 # Each size's healthy LR is one of --sweep's grid whose loss after 80 steps is within 10% of the grid's best
 # (40M: 4.45 at 3e-4, best 4.15 at 1e-4; 300M: 4.70 at 3e-5, the best; see README's table).
 HEALTHY_LR = {"tiny": 1e-3, "1M": 1e-3, "8M": 1e-3, "40M": 3e-4, "300M": 3e-5}
 SWEEP = (3e-3, 1e-3, 3e-4, 1e-4, 3e-5)
-EXPECTED = {"healthy": "healthy", "lr_high": "lr_too_high"}
+EXPECTED = {"healthy": "healthy", "lr_high": "lr_too_high", "lr_stall": "lr_too_high"}
+STALLS_AT = ("40M", "300M")  # the sizes at which lr_stall's 1e-3 learns nothing
 
 
 def _torch():
@@ -270,6 +273,9 @@ def main(argv=None) -> int:
     unknown = [s for s in sizes if s not in SIZES] + [r for r in runs if r not in RUNS]
     if unknown:
         parser.error(f"expected sizes from {list(SIZES)} and runs from {list(RUNS)}, found {unknown}")
+    if "lr_stall" in runs and any(s not in STALLS_AT for s in sizes):
+        parser.error(f"lr_stall is a fault only at {list(STALLS_AT)} (at smaller sizes its 1e-3 trains), found "
+                     f"{sizes}: run it with --sizes 40M or 300M")
     if "300M" in sizes and not args.device.startswith("cuda"):
         parser.error("300M trains only with --device cuda (on one CPU thread it would take hours)")
     _torch().set_num_threads(args.threads)
