@@ -210,7 +210,10 @@ def triage_one(size: str, run: str, device: str, checkpoint: Path, out: Path, ma
 
     imported = time.perf_counter()
     ceiling = {"max_minutes": max_minutes} if max_minutes is not None else {}  # (older triage: no ceiling)
-    report, _ = api.run(lambda: setup(size, run, device), checkpoint, out=out, parallel=True, **ceiling)
+    from triage.speedups import Speedups
+
+    report, _ = api.run(lambda: setup(size, run, device), checkpoint, out=out, speedups=Speedups(draw_ahead=False),
+                        **ceiling)
     done = time.perf_counter()
     return {"verdict": report.root_cause, "confidence": report.confidence, "seconds": done - imported,
             "startup_s": imported - started, "cut": getattr(report, "cut", []), "path": report.path,

@@ -35,7 +35,7 @@ def test_two_at_a_time_measures_what_one_at_a_time_does(dead_relu, tmp_path, mon
     send = forked.Forked.send
     monkeypatch.setattr(forked.Forked, "send", lambda self, run_id, new: (sent.append(run_id), send(self, run_id, new)))
     threads = torch.get_num_threads()
-    parallel, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=tmp_path, parallel=True)
+    parallel, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=tmp_path, speedups=triage.Speedups(draw_ahead=False))
     assert sent, "no candidate went to the forked copy"
     assert parallel.root_cause == serial.root_cause == "dead_relu"
     assert measured(parallel) == measured(serial)
@@ -49,7 +49,7 @@ def test_a_copy_that_dies_leaves_its_candidate_to_the_walk(dead_relu, tmp_path, 
         raise RuntimeError("the copy dies before it answers")
 
     monkeypatch.setattr(forked, "_serve", dies)
-    parallel, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=tmp_path, parallel=True)
+    parallel, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=tmp_path, speedups=triage.Speedups(draw_ahead=False))
     assert measured(parallel) == measured(serial)
 
 
@@ -97,7 +97,7 @@ def test_no_fork_leaves_every_candidate_to_the_walk(dead_relu, tmp_path, monkeyp
 
     monkeypatch.setattr(forked.os, "fork", refused)
     threads = torch.get_num_threads()
-    parallel, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=tmp_path, parallel=True)
+    parallel, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=tmp_path, speedups=triage.Speedups(draw_ahead=False))
     assert measured(parallel) == measured(serial) and torch.get_num_threads() == threads
 
 

@@ -28,12 +28,13 @@ _HOMES = {
     "Recorder": "triage.flight.recorder", "RecorderSettings": "triage.flight.recorder",
     "AutoTriage": "triage.flight.autotriage",
     "Report": "triage.report",
+    "Speedups": "triage.speedups",
 }
 
 __all__ = [
     "Setup", "run", "save_checkpoint", "Report", "Recorder", "RecorderSettings", "AutoTriage", "load_batches",
     "TriageError", "EntryError", "SetupError", "CheckpointError", "PlaybookError", "ReportError", "Interrupted",
-    "Experiment", "Params", "Outcome", "Context",
+    "Experiment", "Params", "Outcome", "Context", "Speedups",
 ]
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` below imports on use
@@ -47,6 +48,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr_
     from triage.flight.manifest import load_batches
     from triage.flight.recorder import Recorder, RecorderSettings
     from triage.report import Report
+    from triage.speedups import Speedups
 
 
 def __getattr__(name: str) -> Any:

@@ -22,10 +22,14 @@ from triage.report import Report, write_report
 from triage.report.ahead import Ahead
 from triage.report.build import build_report
 from triage.report.render import write_json
+from triage.speedups import Speedups, using
 from triage.walk.engine import Listener, walk
 from triage.walk.playbook import Playbook, load_playbook
 
 log = logging.getLogger(__name__)
+
+# A library call: the figure cache alone (a caller may run walks side by side, with no core to spare).
+LIBRARY_SPEEDUPS = Speedups(fork=False, draw_ahead=False)
 
 
 def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, out: Optional[Path] = None,
@@ -34,7 +38,7 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
         history_loss: Optional[str] = None, history_val: Optional[str] = None,
         snapshot_dir: Optional[Path] = None, listener: Optional[Listener] = None, command: Optional[str] = None,
         rank_timeout: float = DEFAULT_RANK_TIMEOUT_S, ahead: Optional[Ahead] = None,
-        parallel: bool = False, max_minutes: Optional[float] = None) -> tuple[Report, dict[str, Path]]:
+        speedups: Speedups = LIBRARY_SPEEDUPS, max_minutes: Optional[float] = None) -> tuple[Report, dict[str, Path]]:
     """Triage one run: load, walk the playbook, write the report. Returns it and the files written.
 
     `entry` is a spec like "mymod:setup" (as `--entry`) or the setup function itself (or a LightningModule
@@ -47,17 +51,19 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
     Under torchrun (or inside a torch.distributed process group) every rank calls this: each opens its own
     session and the walk runs in lockstep; rank 0 alone writes the report (the other ranks get no files).
     `rank_timeout` bounds how long a rank may stay silent in a collective before the walk stops naming it.
-    `ahead` draws the report's figures in a second process while the walk runs (report/ahead.py): the
-    command line starts one before it imports torch, where a person waits for the page; none for a caller
-    running walks side by side. It is closed when this returns. `parallel` measures a differential's
-    candidates two at a time, in this process and a forked copy of it, where that is safe and pays
-    (triage/walk/forked.py: Linux, a CPU run, one rank, two cores, torch on at most two threads): the figures of
-    one at a time on one thread, the differential's wall time down by a fifth to a half.
+    `speedups` says which parts of the speed machinery the walk may use (triage/speedups.py); none of them
+    changes a figure. By default a library call uses the figure cache alone: a caller running walks side
+    by side has no core to spare for a forked copy or a drawer. `speedups.fork` measures a differential's
+    candidates two at a time (walk/forked.py). `ahead` is the drawer (report/ahead.py) the command line
+    starts before it imports torch where `speedups.draw_ahead` allows; it is closed when this returns.
     `max_minutes` is a ceiling on the walk (none by default): every experiment runs its steps, however fast
     the machine, until the ceiling cuts one; the walk then stops with no verdict, `report.cut` naming the
     experiment it cut, and `report.stopped` saying so (a cut experiment is unmeasured, not ruled out).
     """
-    with ahead or contextlib.nullcontext():  # the drawer is closed however this ends
+    if not speedups.draw_ahead and ahead is not None:
+        ahead.close()
+        ahead = None
+    with ahead or contextlib.nullcontext(), using(speedups):  # the drawer is closed however this ends
         _check_seed(seed)
         max_seconds = _ceiling_seconds(max_minutes)
         # The folders used after setup() runs, fixed before it does: a setup() that calls os.chdir must not move
@@ -78,7 +84,7 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
             command = command or _command(name, checkpoint, playbook, steps, seed, ranks.world_size, max_minutes)
             where = str(checkpoint) if checkpoint else None
             journal = Journal(session, book, command, where, out, ahead) if ranks.writes_report else None
-            result = walk(session, book, listener, journal=journal, parallel=parallel, max_seconds=max_seconds)
+            result = walk(session, book, listener, journal=journal, parallel=speedups.fork, max_seconds=max_seconds)
             report = build_report(result, session, book, command, where)
             writes = ranks.rank == min(set(range(ranks.world_size)) - set(result.silent_ranks))
             if writes and journal is not None:

@@ -28,6 +28,8 @@ from triage.load import DEFAULT_RANK_TIMEOUT_S
 # which the parser then refuses; click's own help shows what the parser takes.
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Diagnose a failed training run by experiment.")
+SPEEDUPS_HELP = ("Turn off what triage does only to be faster (the forked copy measuring candidates, drawing "
+                 "figures ahead, the figure cache): the same report, slower. For checking they change nothing.")
 # Piped into a file or a ticket, lines are not hard-wrapped at 80 columns (a fix line cut mid-value).
 console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
 
@@ -103,6 +105,7 @@ def run(
         help="Distributed runs: seconds a rank may stay silent in a collective before the walk stops naming it."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Under each node's answer, every figure its "
                                                                  "conditions read and the branch condition."),
+    no_speedups: bool = typer.Option(False, "--no-speedups", help=SPEEDUPS_HELP),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Triage a run from its checkpoint and setup function (under torchrun: every rank of a distributed run)."""
@@ -113,7 +116,10 @@ def run(
                               "capture), found none. Pass --checkpoint PATH; without it triage would replay "
                               "setup()'s fresh initialisation, a run that never failed.")
     rank = int(os.environ.get("RANK", "0"))
-    ahead = _drawer() if not nproc_per_node and rank == 0 else None
+    from triage.speedups import Speedups
+
+    speedups = Speedups.none() if no_speedups else Speedups()
+    ahead = _drawer() if speedups.draw_ahead and not nproc_per_node and rank == 0 else None
     from triage.cli.api import run as run_triage
     from triage.load.launch import EXIT_STOPPED, launch, launch_command
 
@@ -125,7 +131,7 @@ def run(
                                    history_loss=history_loss, history_val=history_val, snapshot_dir=snapshot_dir,
                                    listener=_listener(output, silent=rank != 0, verbose=verbose),
                                    command=launch_command(sys.argv[1:]), rank_timeout=rank_timeout,
-                                   ahead=ahead, parallel=True, max_minutes=max_minutes)
+                                   ahead=ahead, speedups=speedups, max_minutes=max_minutes)
     if files:  # the rank that wrote the report (rank 0 of a distributed run)
         _finish(report, files, output)
     if report.stopped:
@@ -141,6 +147,7 @@ def demo(
     output: Output = typer.Option(Output.live, "--output"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Every figure each node read, and its condition."),
     debug: bool = typer.Option(False, "--debug"),
+    no_speedups: bool = typer.Option(False, "--no-speedups", help=SPEEDUPS_HELP),
 ) -> None:
     """Run the full triage on a shipped fault example (its checkpoint is made if missing)."""
     from triage.cli.zoo import (
@@ -155,15 +162,18 @@ def demo(
         width = max(map(len, names))
         print("\n".join(f"{n:<{width}}  {example_summary(n)}" for n in names))
         return
-    ahead = _drawer()
+    from triage.speedups import Speedups
+
+    speedups = Speedups.none() if no_speedups else Speedups()
+    ahead = _drawer() if speedups.draw_ahead else None
     from triage.cli.api import run as run_triage
 
-    with _user_errors(debug), ahead:
+    with _user_errors(debug), ahead or contextlib.nullcontext():
         checkpoint = _shown(demo_checkpoint(name))
         entry = f"{_shown(example_path(name))}:setup"
         report, files = run_triage(entry, checkpoint, out=out, listener=_listener(output, verbose=verbose),
                                    command=shlex.join(["triage", "run", "--checkpoint", str(checkpoint), "--entry", entry]),
-                                   ahead=ahead, parallel=True)
+                                   ahead=ahead, speedups=speedups)
     _finish(report, files, output)
 
 
@@ -172,11 +182,14 @@ def rerender(
     report_json: Path = typer.Argument(..., help="A report.json written by triage."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the new files (default: beside it)."),
     debug: bool = typer.Option(False, "--debug"),
+    no_speedups: bool = typer.Option(False, "--no-speedups", help="Draw every figure again: take none from the "
+                                                                   "figure cache or from the page beside report.json."),
 ) -> None:
     """Re-render report.html and summary.md from report.json, without re-running anything."""
     from triage.report import carried, read_report, write_report
+    from triage.speedups import Speedups, using
 
-    with _user_errors(debug):
+    with _user_errors(debug), using(Speedups.none() if no_speedups else Speedups()):
         report = read_report(report_json)
         with carried.figures_from(report_json.parent / "report.html"):  # not drawn again if they pass
             files = write_report(report, out or report_json.parent)

@@ -15,6 +15,7 @@ import logging
 import math
 from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
+from triage import speedups
 from triage.report import carried, figure_cache
 from triage.report.figures import Mark, Series, number, numbers, shorten
 
@@ -29,13 +30,14 @@ F = TypeVar("F", bound=Callable[..., Optional[str]])
 
 def _plot(plot: F) -> F:
     """A plot drawn before comes from the figure cache (else from the page of the report being re-rendered,
-    carried.py); a new one is drawn and kept there. A plot that cannot be drawn is left out (None) and
-    logged; it never takes the report down."""
+    carried.py); a new one is drawn and kept there (neither where triage.speedups turns the cache off). A
+    plot that cannot be drawn is left out (None) and logged; it never takes the report down."""
 
     @functools.wraps(plot)
     def drawn(*args, **kwargs):
         key = figure_cache.key(plot.__name__, args, kwargs)
-        kept = figure_cache.get(key) or carried.get(key)
+        cached = speedups.active().figure_cache
+        kept = (figure_cache.get(key) or carried.get(key)) if cached else None
         if kept is not None:
             return kept
         try:
@@ -45,7 +47,8 @@ def _plot(plot: F) -> F:
             return None
         if svg is not None and key is not None:
             svg = svg.replace("<svg ", f'<svg data-figure="{key}" ', 1)  # found again in the page (carried.py)
-            figure_cache.put(key, svg)
+            if cached:
+                figure_cache.put(key, svg)
         return svg
     return drawn  # type: ignore[return-value]
 

@@ -1,0 +1,56 @@
+"""The speed machinery: what triage does only to be faster, named in one record.
+
+Each part changes seconds, never a figure, a verdict or a byte of the report: a walk with every part on
+and one with none give the same report.json figures and the same page (tests/test_speedups.py), and
+`benchmarks/speedups.py` prints the seconds each part saves. `triage run --no-speedups` turns them all off.
+
+- fork (walk/forked.py): a differential's candidates two at a time, in the walk's process and a forked
+  copy of it, each on one torch thread. Only where a fork is safe and pays: Linux, a CPU run, one rank,
+  two cores or more, training state under 256 MiB.
+- draw_ahead (report/ahead.py): a second process draws the report's figures while the walk runs, into
+  the figure cache, so the page at the end draws next to nothing.
+- figure_cache (report/figure_cache.py, report/carried.py): a figure drawn before, kept by a hash of what
+  it shows, is taken instead of drawn: from this user's cache, or from the page beside a report.json
+  that `triage report` re-renders (checked to be what triage's drawing writes). Without it every figure
+  is drawn, and drawing ahead has nowhere to put what it drew.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from contextvars import ContextVar
+from typing import Iterator
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Speedups(BaseModel):
+    """Which parts of the speed machinery a walk, or a re-render, may use (all, by default)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    fork: bool = True
+    draw_ahead: bool = True
+    figure_cache: bool = True
+
+    @classmethod
+    def none(cls) -> "Speedups":
+        return cls(fork=False, draw_ahead=False, figure_cache=False)
+
+
+# What the figures drawn in this context may use: set around a walk and a re-render (`using`), read where a
+# figure is drawn (report/plots.py), which is too deep for a parameter to reach without every view carrying it.
+_ACTIVE: ContextVar[Speedups] = ContextVar("speedups", default=Speedups())
+
+
+def active() -> Speedups:
+    return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def using(speedups: Speedups) -> Iterator[Speedups]:
+    token = _ACTIVE.set(speedups)
+    try:
+        yield speedups
+    finally:
+        _ACTIVE.reset(token)
