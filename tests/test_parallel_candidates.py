@@ -1,24 +1,19 @@
-"""A differential's candidates measured two at a time (the walk's process and a forked copy of it) give
-the very figures and verdict of one at a time; a copy that dies costs only time."""
+"""The forked copy measuring a differential's candidates two at a time: a copy that dies, or that is stuck,
+costs only time (that it measures what one at a time does is the speed machinery's contract,
+tests/test_speedups.py)."""
 
-import json
 import time
 
 import pytest
 import torch
 
 import triage
+from tests.test_speedups import measured
 from triage.cli.zoo import example_path, load_example
 from triage.walk import forked
 
 pytestmark = pytest.mark.skipif(not forked.can_fork(torch.device("cpu"), 1),
                                 reason="forking a copy needs Linux and two cores")
-
-
-def measured(report):
-    """Every experiment's figures and every decision, in the report's order (seconds apart)."""
-    return ([(e.node, e.status, json.dumps(e.outcome, sort_keys=True)) for e in report.experiments],
-            [d.model_dump() for d in report.decisions])
 
 
 @pytest.fixture(scope="module")
@@ -27,19 +22,6 @@ def dead_relu(tmp_path_factory):
     checkpoint = load_example("dead_relu").write_checkpoint(folder / "c.pt")
     serial, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=folder / "serial")
     return checkpoint, serial
-
-
-def test_two_at_a_time_measures_what_one_at_a_time_does(dead_relu, tmp_path, monkeypatch):
-    checkpoint, serial = dead_relu
-    sent = []
-    send = forked.Forked.send
-    monkeypatch.setattr(forked.Forked, "send", lambda self, run_id, new: (sent.append(run_id), send(self, run_id, new)))
-    threads = torch.get_num_threads()
-    parallel, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=tmp_path, speedups=triage.Speedups(draw_ahead=False))
-    assert sent, "no candidate went to the forked copy"
-    assert parallel.root_cause == serial.root_cause == "dead_relu"
-    assert measured(parallel) == measured(serial)
-    assert torch.get_num_threads() == threads  # the walk's threads are given back
 
 
 def test_a_copy_that_dies_leaves_its_candidate_to_the_walk(dead_relu, tmp_path, monkeypatch):

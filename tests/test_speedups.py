@@ -33,8 +33,10 @@ def test_every_speedup_on_gives_the_report_of_none(tmp_path, monkeypatch):
     assert not (tmp_path / "cache_off" / "figures").exists(), "a figure was kept with the figure cache off"
 
     monkeypatch.setenv("TRIAGE_CACHE", str(tmp_path / "cache_on"))
+    threads = torch.get_num_threads()
     fast, fast_files = triage.run(entry, checkpoint, out=tmp_path / "on", speedups=triage.Speedups(), ahead=Ahead())
     assert sent, "no candidate went to the forked copy"
+    assert torch.get_num_threads() == threads  # the walk's threads are given back after the copy's one
     assert list((tmp_path / "cache_on" / "figures").glob("*.svg")), "no figure was kept in the cache"
 
     assert fast.root_cause == plain.root_cause == "dead_relu"
