@@ -76,3 +76,39 @@ def test_anything_outside_the_language_is_refused(text):
 ])
 def test_settled_names_the_clauses_that_settled_a_condition(text, values, settled):
     assert parse_condition(text).settled(lambda node, field: values[field]) == settled
+
+
+# --- the judge's named rules (judge/named.py) --------------------------------------------------------
+
+def test_a_named_rule_is_the_judges_rule_on_the_nodes_it_names_unknowns_included():
+    """`stalls(b)` decides as its rule written out on b would: a 7% drop stalls only at a slow pace, and
+    with the pace unknown it is unknown (not taken), never a stall by default."""
+    stalls = parse_condition("stalls(b)")
+    assert stalls.refs == {("b", "level_ratio"), ("b", "loss_ratio"), ("b", "pace_vs_run")}
+    slow = {("b", "level_ratio"): 0.5, ("b", "loss_ratio"): 0.93, ("b", "pace_vs_run"): 0.05}
+    keeping_up = {**slow, ("b", "pace_vs_run"): 0.5}
+    unknown_pace = {**slow, ("b", "pace_vs_run"): None}
+    assert stalls.evaluate(lambda n, f: slow[(n, f)]) is True
+    assert stalls.evaluate(lambda n, f: keeping_up[(n, f)]) is False
+    assert stalls.value(lambda n, f: unknown_pace[(n, f)]) is None
+    assert parse_condition("slows_to_a_stall(b)").evaluate(lambda n, f: keeping_up[(n, f)]) is True
+
+
+def test_a_named_rule_inside_a_condition_keeps_its_own_precedence():
+    """`x and barely_trained(i, b)` is x and (the rule's `or`), not (x and its first clause) or the rest."""
+    values = {("x", "on"): False, ("i", "loss_checkpoint"): 1.0, ("i", "loss_setup_init"): 2.0,
+              ("b", "level_ratio"): 0.95}
+    condition = parse_condition("x.on and barely_trained(i, b)")
+    assert condition.evaluate(lambda n, f: values[(n, f)]) is False
+    assert [text for text, _ in condition.settled(lambda n, f: values[(n, f)])] == ["x.on"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("stall(b)", "'stall(...)' is not one of the judge's named rules"),
+    ("stalls(b, c)", "stalls() takes 1 node name(s), stalls(replay)"),
+    ("stalls(b.loss_ratio)", "takes 1 node name(s)"),
+    ("diverges(b)", "diverges() takes 2 node name(s), diverges(replay, init)"),
+])
+def test_a_call_the_judge_does_not_have_is_refused_with_what_it_has(text, message):
+    with pytest.raises(ConditionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_condition(text)

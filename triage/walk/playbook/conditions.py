@@ -2,7 +2,8 @@
 
 Text is parsed with Python's `ast` and walked against a whitelist; it is never passed to eval.
 Grammar: `node.field` references, numbers, strings, true/false/none, lists of literals,
-comparisons (== != < <= > >= in, not in), + - * /, and/or/not, parentheses.
+comparisons (== != < <= > >= in, not in), + - * /, and/or/not, parentheses, and the judge's named
+rules called on node names (`stalls(baseline)`, judge/named.py), spelt out when the condition is parsed.
 A missing value (an experiment that failed, a figure that could not be measured) is *unknown*:
 comparisons with it are unknown, `not unknown` is unknown (Kleene logic), and a branch is
 taken only when its condition is true.
@@ -20,6 +21,8 @@ import ast
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
+
+from triage.judge.named import NAMED
 
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
             ast.Gt: operator.gt, ast.GtE: operator.ge,
@@ -72,7 +75,7 @@ class Condition:
 
 
 def parse_condition(text: str) -> Condition:
-    text = str(text)
+    text = _written_out(str(text))
     if len(text) > MAX_CHARS:
         raise ConditionError(f"a condition of {len(text)} characters is longer than the {MAX_CHARS} allowed; "
                              "split it over a decision node")
@@ -90,6 +93,40 @@ def parse_condition(text: str) -> Condition:
     refs: set[tuple[str, str]] = set()
     _check(tree, text, refs)
     return Condition(text=text, tree=tree, refs=frozenset(refs))
+
+
+def _written_out(text: str) -> str:
+    """The judge's named rules called in `text` (`stalls(baseline)`, judge/named.py) spelt out on the nodes
+    each call names, in parentheses where the call is part of a larger condition. A call of anything else,
+    or with other than node names, is refused."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        return text  # parse_condition says what is wrong with it
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    if not calls:
+        return text
+    source = text.strip().encode()  # ast's offsets count UTF-8 bytes
+    line_starts = [0]
+    for line in source.split(b"\n")[:-1]:
+        line_starts.append(line_starts[-1] + len(line) + 1)
+    spelt = []
+    for call in calls:
+        name = call.func.id if isinstance(call.func, ast.Name) else ast.unparse(call.func)
+        rule = NAMED.get(name)
+        if rule is None:
+            raise ConditionError(f"in '{_short(text)}': '{name}(...)' is not one of the judge's named rules; "
+                                 f"a condition may call {', '.join(sorted(NAMED))}")
+        if call.keywords or len(call.args) != len(rule.nodes) or not all(isinstance(a, ast.Name) for a in call.args):
+            raise ConditionError(f"in '{_short(text)}': {name}() takes {len(rule.nodes)} node name(s), "
+                                 f"{name}({', '.join(rule.nodes)}), found {name}({', '.join(map(ast.unparse, call.args))})")
+        whole = call is tree
+        body = rule.written_out([a.id for a in call.args])
+        spelt.append((line_starts[call.lineno - 1] + call.col_offset,
+                      line_starts[call.end_lineno - 1] + call.end_col_offset, body if whole else f"({body})"))
+    for start, end, body in sorted(spelt, reverse=True):  # from the end, so earlier offsets stay right
+        source = source[:start] + body.encode() + source[end:]
+    return source.decode()
 
 
 def _depth(tree: ast.AST) -> int:
