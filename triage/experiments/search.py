@@ -1,11 +1,11 @@
 """Searches over one setting, each trial a paired replay from the same snapshot: the learning rate on a
 wide grid, and alternative initialisations. The outcome is the chosen trial's replay (so conditions,
-plots and the fix verification read it like any replay) plus every trial's figures.
+plots and the fix verification read it like any replay) plus every trial's figures. When to stop, the
+half-decade between two grid points, and the trial chosen are the judge's (judge/search.py).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Literal, Optional
 
 from pydantic import Field
@@ -14,6 +14,7 @@ from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.inits import InitKind
 from triage.experiments.replay import REPLAY_VIEWS, ReplayOutcome, ReplayParams, measure as replay
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN
+from triage.judge import search as judge
 from triage.views import Table
 
 # x1e-5 .. x1e5 of the run's LR: a unit slip (1e-3 written as 1e-7, or 10) is inside the grid.
@@ -74,12 +75,12 @@ def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
 
     for factor in p.factors or LR_FACTORS[p.direction]:
         run(factor)
-        if _settled(trials, p.direction):
+        if judge.settled(trials, p.direction):
             break
-    between = _between(trials, p.direction)
+    between = judge.between(trials, p.direction)
     if between is not None:
         run(between)
-    factor, chosen = _choose(trials)
+    factor, chosen = judge.choose(trials)
     settings = [_lr_setting(f) for f, _ in trials]
     owner, alone = _whose_lr(ctx, base, p.lr_scale * factor, chosen) if p.lr_of is None else (None, [])
     settings += [f"{_lr_setting(factor)} of '{name}' alone" for name, _ in alone]
@@ -116,7 +117,7 @@ def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
                                            against=p.against, margin=p.margin, level_margin=p.level_margin,
                                            extend_to=p.extend_to))
         trials.append((init, outcome))
-    init, chosen = _choose(trials)
+    init, chosen = judge.choose(trials)
     return SearchOutcome(**chosen.model_dump(), chosen=f"init={init}",
                          trials=[_trial(f"init={i}", o) for i, o in trials])
 
@@ -132,63 +133,9 @@ def _setup_init_is_default(ctx: Context, init_of: Optional[str]) -> bool:
     return bool(same_scheme(own, matrix_spreads(ctx.session.fresh_setup(default_init=True).model)))
 
 
-def _settled(trials: list[tuple[float, ReplayOutcome]], direction: str) -> bool:
-    """Stop once a trial worked and the latest is no better than the best; going up, also once a
-    trial diverged (non-finite, or its loss up 50%): a higher LR only diverges sooner, and a loss that
-    climbs to 10^8 and falls back to 0 is no fix for a plateau; going down, also once the LR is too
-    small to move the loss: the latest trial moved it under 2% and ended no lower than the one before
-    (a still lower LR moves it less). Not going up: there a unit slip (x1e4) moves nothing until the
-    grid reaches it."""
-    latest = trials[-1][1]
-    if direction == "up" and _diverged(latest):
-        return True
-    if direction == "down" and len(trials) > 1 and _still(latest) and _end(latest) >= _end(trials[-2][1]):
-        return True
-    working = [o for _, o in trials if o.fix_works]
-    return bool(working) and (not latest.fix_works or latest is not min(working, key=_end))
-
-
-def _between(trials: list[tuple[float, ReplayOutcome]], direction: str) -> Optional[float]:
-    """When no trial on the x10 grid worked, but the best of them ended below the run as it was: the
-    half-decade between it and the next higher LR (the run's own, going down from the best at x0.1). An
-    LR that trains often sits in that gap, just under where training turns unstable: on the grid one
-    step is still too high and the next too slow to get anywhere in the replay's steps. Where no grid
-    LR even beat the run, the LR is not what holds it back, and a lucky half-decade would say it is."""
-    if any(o.fix_works for _, o in trials):
-        return None
-    finite = [(f, o) for f, o in trials if math.isfinite(_end(o))]
-    if not finite:
-        return None
-    best, outcome = min(finite, key=lambda t: _end(t[1]))
-    if outcome.improvement is None or outcome.improvement >= 1:
-        return None
-    higher = [f for f, _ in trials if f > best] + ([1.0] if direction == "down" else [])
-    return math.sqrt(best * min(higher)) if higher else None
-
-
 def _lr_setting(factor: float) -> str:
     """`lr x1000`, `lr x0.316`, `lr x1e-05`: three digits at most (a half-decade is irrational)."""
     return f"lr x{float(f'{factor:.3g}'):g}"
-
-
-def _still(outcome: ReplayOutcome) -> bool:
-    return outcome.finite and outcome.loss_ratio is not None and abs(outcome.loss_ratio - 1) < 0.02
-
-
-def _diverged(outcome: ReplayOutcome) -> bool:
-    return not outcome.finite or (outcome.loss_ratio is not None and outcome.loss_ratio > 1.5)
-
-
-def _choose(trials):
-    """The working trial that ends lowest; when none works, the finite one that ends lowest."""
-    working = [t for t in trials if t[1].fix_works]
-    finite = [t for t in trials if t[1].finite and t[1].loss_end is not None]
-    pool = working or finite or trials[-1:]
-    return min(pool, key=lambda t: _end(t[1]))
-
-
-def _end(outcome: ReplayOutcome) -> float:
-    return outcome.loss_end if outcome.loss_end is not None and outcome.finite else float("inf")
 
 
 def _trial(setting: str, o: ReplayOutcome) -> Trial:
