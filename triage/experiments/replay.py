@@ -119,6 +119,14 @@ class ReplayOutcome(VerifiedFix):
     val_steps: list[int] = Field(default_factory=list)
     val_losses: list[float] = Field(default_factory=list)
     skipped: list[int] = Field(default_factory=list, description="Batch indices left out.")
+    overflow_steps: list[int] = Field(
+        default_factory=list, description="Steps a GradScaler skipped: the loss finite, the gradient not, and no "
+                                          "update (the reference loop's scaler, or the run's own step not reaching "
+                                          "optimizer.step()).")
+    overflow_count: int = Field(default=0, description="How many steps overflowed (overflow_steps).")
+    overflowing_batches: list[int] = Field(
+        default_factory=list, description="Snapshot batches that overflowed on every pass, over two passes or "
+                                          "more: skipped each time they came round, never learned from.")
     finite: bool = Field(description="Every loss and gradient norm stayed finite (on every rank).",
                          json_schema_extra={"ranks": "all"})
     first_nonfinite_step: Optional[int] = None
@@ -191,6 +199,8 @@ class _Trace:
     scheduler_steps: int = 0
     lr_changed_in: list[str] = field(default_factory=list)
     unknown_optimizers: Optional[str] = None  # train_step stepped an optimizer setup() did not hand triage
+    batch_order: list[int] = field(default_factory=list)  # call k trains on snapshot batch batch_order[k % len]
+    overflowed: list[bool] = field(default_factory=list)  # per call: a scaler skipped its update
 
     def record(self, rows: list[list[float]]) -> tuple[float, float]:
         """One step's (loss, gradient norm, ...) on every rank. The step's figures are their means (a DDP step
@@ -293,9 +303,10 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
     clip = clip * p.clip_scale if clip is not None else None
     scaler = grad_scaler(setup, precision, session.device)
     skip = sorted(set(p.skip_batches) | set(_flagged_batches(ctx, p.skip_outliers_of)))
-    batches = [b for i, b in enumerate(session.batches) if i not in skip] or session.batches[:1]
+    order = [i for i in range(len(session.batches)) if i not in skip] or [0]  # the snapshot batch of each call
+    batches = [session.batches[i] for i in order]
     if p.subset:
-        batches = [first_examples(batches[0], p.subset)]
+        order, batches = order[:1], [first_examples(batches[0], p.subset)]
     lr_scale = p.lr_scale * _suggested_ratio(ctx, p.lr_scale_from) * _chosen_factor(ctx, p.lr_factor_of) \
         * (peak_ratio or 1.0)
     user, note = own[0] or p.loop == "user", own[1]
@@ -305,7 +316,7 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
                          f"found '{p.lr_of}'; name one of Setup.optimizers, or leave lr_of out")
     trace = _Trace(start_weights=_start_weights(session, setup, p), weight_norm_start=param_vector_norm(model),
                    loop_used="user" if user else "reference", loop_note=note,
-                   lr_changed_in=([p.lr_of] if p.lr_of else names) if lr_scale != 1.0 else [])
+                   lr_changed_in=([p.lr_of] if p.lr_of else names) if lr_scale != 1.0 else [], batch_order=order)
     if not user and p.lr_of is not None:
         trace.not_applicable.append(f"the LR of '{p.lr_of}' alone: only the run's own train_step steps "
                                     "optimizers one by one")
@@ -368,9 +379,10 @@ def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_
             trace.truncated = ctx.cut = True
             break
         batch = batches[call % len(batches)]
+        stepped = True  # an update ran (or, with the run's own step, might have)
         if own is not None:
             figures = own(batch)
-            loss, norm = figures.loss, figures.norm
+            loss, norm, stepped = figures.loss, figures.norm, figures.stepped
             trace.lrs.append(figures.lr)
             trace.optimizer_steps += figures.stepped
             if figures.stepped and not figures.scheduler_stepped_by_loop:
@@ -383,6 +395,10 @@ def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_
         # One collective a step: every rank's figures, and whether any rank is past the ceiling.
         rows = ctx.ranks.gather_floats((loss, norm, float(ctx.past_budget())))
         loss, norm = trace.record(rows)
+        # A scaler skipped this update: its gradient overflowed, the step went on (the loop's own step did not
+        # reach optimizer.step(); the reference loop's GradScaler skips every non-finite one)
+        trace.overflowed.append(math.isfinite(loss) and not math.isfinite(norm)
+                                and (not stepped if own is not None else not scaler_free))
         over_budget = any(row[2] for row in rows)
         if p.val_every and session.val_batches and call % p.val_every == 0:
             trace.val_steps.append(call)
@@ -484,7 +500,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         level_ratio=end / nothing if end is not None and nothing and nothing > 0 and finite else None,
         pace_vs_run=pace_vs_run(ctx.session, finite_losses, nothing) if finite and p.init == "checkpoint" else None,
         steps_run=len(t.losses), losses=t.losses, grad_norms=t.norms, lrs=t.lrs,
-        val_steps=t.val_steps, val_losses=t.val_losses, skipped=skipped,
+        val_steps=t.val_steps, val_losses=t.val_losses, skipped=skipped, **_overflows(t),
         finite=finite,
         first_nonfinite_step=t.first_bad, truncated=t.truncated, first_nonfinite_ranks=t.first_bad_ranks,
         rank_loss_end=[start_end(list(column))[1] for column in zip(*t.rank_losses)],
@@ -505,6 +521,18 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         val_start=t.val_losses[0] if t.val_losses else None,
         val_end=t.val_losses[-1] if t.val_losses else None,
     )
+
+
+def _overflows(t: _Trace) -> dict:
+    """The steps a scaler skipped (a finite loss, a non-finite gradient), and the batches skipped on every
+    pass: a scaler's own calibration overflows a step now and then; a batch that overflows each time it
+    comes round is one the run never learns from."""
+    steps = [k for k, skipped in enumerate(t.overflowed) if skipped]
+    passes: dict[int, list[bool]] = {}
+    for k, skipped in enumerate(t.overflowed):
+        passes.setdefault(t.batch_order[k % len(t.batch_order)] if t.batch_order else 0, []).append(skipped)
+    batches = sorted(b for b, overflowed in passes.items() if len(overflowed) >= 2 and all(overflowed))
+    return dict(overflow_steps=steps, overflow_count=len(steps), overflowing_batches=batches)
 
 
 def _ratio(start: Optional[float], end: Optional[float]) -> Optional[float]:

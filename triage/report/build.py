@@ -16,7 +16,7 @@ from triage.load.disagreements import FINDING_ID as DISAGREEMENT, finding_text
 from triage.report.distributed import distributed_info
 from triage.walk.engine import CONFIDENCE_ORDER, Walk
 from triage.walk.playbook import Playbook, parse_condition
-from triage.walk.playbook.schema import DecisionNode, DifferentialNode, Finding, LeafNode
+from triage.walk.playbook.schema import DecisionNode, DifferentialNode, Finding, LeafNode, filled
 from triage.report.coordinates import batch_place
 from triage.report.fix_trial import tried
 from triage.report.model import (CheckpointInfo, Environment, FindingRecord, Flowchart, GraphCandidate,
@@ -59,7 +59,7 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         proof=proof, unverified_proof=leaf.proof if unverified else None,
         evidence=[n for n in leaf.evidence if n in walk.runs] + ([leaf.proof] if unverified else []),
         location=_location(leaf, walk),
-        findings=[FindingRecord(id=f.id, text=f.text, evidence=[n for n in f.evidence if n in walk.runs])
+        findings=[FindingRecord(id=f.id, text=filled(f.text, walk.lookup), evidence=[n for n in f.evidence if n in walk.runs])
                   for f in held] + _session_findings(session),
         path=walk.path,
         decisions=walk.decisions,

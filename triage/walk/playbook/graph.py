@@ -30,12 +30,12 @@ from triage.errors import PlaybookError
 from triage.experiments import Experiment, Registry, default_registry
 from triage.walk.playbook import limits
 from triage.walk.playbook.conditions import Condition, ConditionError, parse_condition
+from triage.walk.playbook.schema import (FIX_REF, Candidate, DecisionNode, DifferentialNode, Finding, LeafNode,
+                                         PlaybookFile, RunNode)
 from triage.walk.playbook.typecheck import NONE, NUMBER, STR, Kinds, check_types, kinds_of
+from triage.records import SetupFacts
 
 log = logging.getLogger(__name__)
-from triage.walk.playbook.schema import (Candidate, DecisionNode, DifferentialNode, Finding, LeafNode, PlaybookFile,
-                                    RunNode)
-from triage.records import SetupFacts
 
 SETUP_FACTS = tuple(SetupFacts.model_fields)
 # Every ExperimentRun has these besides its outcome's fields (`error`: the traceback, or a not_applicable reason).
@@ -119,6 +119,9 @@ def load_playbook(path: Optional[Path] = None, registry: Optional[Registry] = No
     findings = tuple((f, _condition(f.when, "findings", where)) for f in book.findings)
     for finding, condition in findings:
         refs.check(condition, f"finding '{finding.id}'")
+        read = {node for node, _ in condition.refs}  # a finding shows only where its condition held: they ran
+        for quoted in FIX_REF.findall(finding.text):
+            refs.check(_condition(quoted, "findings", where), f"finding '{finding.id}'", allowed=read)
     return Playbook(name=book.name, path=str(path), sha256=hashlib.sha256(text.encode()).hexdigest(),
                     entry=book.entry, graph=graph, registry=registry, findings=findings, params=params,
                     experiments=experiments)

@@ -129,15 +129,20 @@ class LeafNode(_Strict):
 
     def fix_text(self, lookup: Callable[[str, str], Any]) -> str:
         """The fix with each {node.field} replaced by its measured value (4 significant digits)."""
-        def value(match: re.Match) -> str:
-            found = lookup(*match.group(1).split("."))
-            if found is None:
-                return "(not measured)"
-            return f"{found:.4g}" if isinstance(found, float) else str(found)
-        return FIX_REF.sub(value, self.fix)
+        return filled(self.fix, lookup)
 
 
 FIX_REF = re.compile(r"\{([A-Za-z_]\w*\.[A-Za-z_]\w*)\}")
+
+
+def filled(text: str, lookup: Callable[[str, str], Any]) -> str:
+    """`text` with each {node.field} replaced by its measured value (4 significant digits)."""
+    def value(match: re.Match) -> str:
+        found = lookup(*match.group(1).split("."))
+        if found is None:
+            return "(not measured)"
+        return f"{found:.4g}" if isinstance(found, float) else str(found)
+    return FIX_REF.sub(value, text)
 
 
 class Finding(_Strict):
@@ -145,7 +150,7 @@ class Finding(_Strict):
 
     id: str
     when: str
-    text: str
+    text: str = Field(description="What was found. It may quote what was measured as {node.field}, as a fix may.")
     evidence: list[str] = Field(default_factory=list)
     confidence: Optional[Confidence] = Field(
         default=None, description="When it holds, the most the verdict may claim: a run of a kind the checks "
