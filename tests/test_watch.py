@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import watch_run
-from triage.cli.watch.sidecar import finished_captures
+from triage.cli.watch.sidecar import WatchOptions, Watcher, finished_captures
 from triage.flight.autotriage import AutoTriage, launch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -258,3 +258,32 @@ def test_the_trainer_callback_refuses_the_setting_without_an_entry(tmp_path):
 
     callback = TriageCallback(dir=tmp_path, triage_on_capture="mymod:make_trainer")
     assert auto_triage(callback.triage_on_capture, None).entry == "mymod:make_trainer"
+
+
+# --- --then after a watcher stopped at the wrong moment ---------------------------------------------
+
+def _watcher_with_state(tmp_path, **record):
+    log = tmp_path / "then.txt"
+    watcher = Watcher(WatchOptions(root=tmp_path, then=f'echo "$TRIAGE_STATUS $TRIAGE_THEN_REPEAT" >> {log}'))
+    watcher.state.update("capture-0000007-spike", **record)
+    return watcher, tmp_path / "capture-0000007-spike", log
+
+
+def test_a_failed_triage_whose_then_never_ran_gets_it_on_restart_once(tmp_path):
+    """A watcher stopped between recording the failure and running --then: the next one runs it (the on-call
+    hears of the failure), once."""
+    watcher, capture, log = _watcher_with_state(tmp_path, status="failed", error="setup() raised")
+    assert watcher.process(capture) == 1
+    assert watcher.process(capture) == 0
+    assert log.read_text().splitlines() == ["failed 0"]
+    assert watcher.state.get(capture.name).then_exit == 0
+
+
+def test_a_then_stopped_midway_runs_again_and_is_told_it_is_a_repeat(tmp_path):
+    report = tmp_path / "capture-0000007-spike.report"
+    report.mkdir()
+    (report / "report.json").write_text(json.dumps({"status": "complete", "root_cause": "lr_too_high"}))
+    watcher, capture, log = _watcher_with_state(tmp_path, status="reported", report=str(report), then_started=True)
+    assert watcher.process(capture) == 1
+    assert log.read_text().splitlines() == ["complete 1"]
+    assert watcher.state.get(capture.name).status == "done"

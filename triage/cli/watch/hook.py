@@ -10,6 +10,8 @@ nothing else (the report stays, the capture counts as done).
     TRIAGE_STEP          the failing step                TRIAGE_TRIGGER: what fired (spike, nonfinite_loss, ...)
     TRIAGE_RANK          the capturing rank              TRIAGE_WORLD_SIZE: the run's ranks (empty: one process)
     TRIAGE_ERROR         why the triage failed (failed only)
+    TRIAGE_THEN_REPEAT   1 when a watcher stopped while --then ran for this capture and runs it again (it
+                         runs at least once, not exactly once: a hook that must not post twice checks it), else 0
 """
 
 from __future__ import annotations
@@ -53,11 +55,11 @@ def then_env(capture: Path, report_dir: Optional[Path], record: CaptureRecord,
 
 
 def run_then(command: Optional[str], capture: Path, report_dir: Optional[Path], record: CaptureRecord,
-             manifest: Optional[CaptureManifest]) -> Optional[int]:
+             manifest: Optional[CaptureManifest], repeat: bool = False) -> Optional[int]:
     """Run `command` (None: nothing to run). Returns its exit status (None when none ran); never raises."""
     if not command:
         return None
-    env = {**os.environ, **then_env(capture, report_dir, record, manifest)}
+    env = {**os.environ, **then_env(capture, report_dir, record, manifest), "TRIAGE_THEN_REPEAT": str(int(repeat))}
     try:
         done = subprocess.run(command, shell=True, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                               timeout=THEN_TIMEOUT_S)

@@ -128,14 +128,13 @@ class Watcher:
     def process(self, capture: Path) -> int:
         """Triage one capture unless it is done or another process holds it. Returns 1 when it ran."""
         name = capture.name
-        record = self.state.get(name)
-        if record is not None and record.status in ("done", "failed"):
+        if _settled(self.state.get(name)):
             return 0
         with self.state.claim(name) as mine:
             if not mine:
                 return 0
             record = self.state.get(name)  # re-read under the claim: the holder before us may have finished
-            if record is not None and record.status in ("done", "failed"):
+            if _settled(record):
                 return 0
             if record is None or record.status == "running":
                 if record is not None and record.attempts >= MAX_ATTEMPTS:
@@ -208,11 +207,24 @@ class Watcher:
                 self._child = None
 
     def _then(self, capture: Path) -> None:
+        """--then, at least once: marked started before it runs, so a watcher stopped while it ran runs it
+        again on restart, telling it so (TRIAGE_THEN_REPEAT=1) rather than losing the on-call's notice."""
         record = self.state.get(capture.name)
+        if record.then_started and self.options.then:
+            log.warning("%s: a watcher stopped while --then ran; running it again (TRIAGE_THEN_REPEAT=1)", capture.name)
+        repeat = record.then_started
+        record = self.state.update(capture.name, then_started=True)
         manifest = _manifest_or_none(capture)
-        code = run_then(self.options.then, capture, Path(record.report) if record.report else None, record, manifest)
+        code = run_then(self.options.then, capture, Path(record.report) if record.report else None, record, manifest,
+                        repeat=repeat)
         self.state.update(capture.name, status="done" if record.status == "reported" else "failed",
                           then_exit=code if code is not None else 0)
+
+
+def _settled(record) -> bool:
+    """Nothing is left to do for this capture: --then has run after its report (or after its failure)."""
+    return record is not None and (record.status == "done" or (record.status == "failed"
+                                                                and record.then_exit is not None))
 
 
 def child_env(environ, threads: Optional[int], device: Optional[str]) -> dict[str, str]:

@@ -3,8 +3,10 @@ atomically (triage/atomic.py) under a short lock, so a watcher and a training pr
 (flight/autotriage.py) can share it.
 
 A capture is `running` from before its triage starts until its report is written (`reported`), then
-`done` once the --then command has run. A watcher that restarts re-runs a capture left `running` (it was
-killed in the middle) and runs --then for one left `reported`; it never starts a `done` or `failed` one.
+`done` once the --then command has run (`failed`, where the triage failed, with --then run after it too). A
+watcher that restarts re-runs a capture left `running` (it was killed in the middle), and runs --then for
+one left `reported`, or `failed` before its --then finished (again, where it was stopped while --then
+ran: at least once); it never starts a `done` one.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class CaptureRecord(BaseModel):
     root_cause: Optional[str] = None
     confidence: Optional[str] = None
     error: Optional[str] = Field(default=None, description="Why the triage failed, when it did.")
+    then_started: bool = Field(default=False, description="--then was started (it may not have finished).")
     then_exit: Optional[int] = Field(default=None, description="The --then command's exit status.")
 
 
