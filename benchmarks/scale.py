@@ -18,7 +18,8 @@ allowed) and prints:
 - verdict and confidence, and whether the verdict is the one expected (healthy / lr_too_high);
 - step-equivalents: triage.run's wall time (load, walk, report) over one plain training step (the
   process's start, Python and torch imports, is left out: --json gives it as startup_s);
-- the replay steps the walk ran (each experiment's steps_run; one whose figures were another's counts 0);
+- the training steps the walk replayed: every optimizer step triage took, in its process and its forked
+  copy (each trial of a search, and a reference replayed again over an extended fix's steps, included);
 - peak memory: the triage process's peak resident set (VmHWM) and its forked copy's (ru_maxrss of its
   children), against the checkpoint's size on disk.
 
@@ -207,6 +208,7 @@ def triage_one(size: str, run: str, device: str, checkpoint: Path, out: Path, ma
     """In a fresh process (below): triage the checkpoint as `triage run` does, and measure it."""
     started = time.perf_counter()
     from triage.cli import api
+    steps = _count_optimizer_steps()
 
     imported = time.perf_counter()
     ceiling = {"max_minutes": max_minutes} if max_minutes is not None else {}  # (older triage: no ceiling)
@@ -218,8 +220,24 @@ def triage_one(size: str, run: str, device: str, checkpoint: Path, out: Path, ma
     return {"verdict": report.root_cause, "confidence": report.confidence, "seconds": done - imported,
             "startup_s": imported - started, "cut": getattr(report, "cut", []), "path": report.path,
             "peak_mb": _vm_hwm_mb(), "copy_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-            "replayed_steps": sum((e.outcome or {}).get("steps_run", 0) or 0 for e in report.experiments
-                                  if getattr(e, "same_as", None) is None)}
+            "replayed_steps": steps.value}
+
+
+def _count_optimizer_steps():
+    """A counter of every optimizer step taken from now on, in this process and in the copies it forks
+    (shared memory): the training steps the walk replayed, every trial of a search and every reference
+    replayed again over an extended fix's steps included."""
+    import multiprocessing
+
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    counter = multiprocessing.Value("q", 0)
+
+    def count(optimizer, args, kwargs) -> None:
+        with counter.get_lock():
+            counter.value += 1
+    register_optimizer_step_pre_hook(count)
+    return counter
 
 
 def _vm_hwm_mb() -> float:
