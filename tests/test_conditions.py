@@ -108,7 +108,17 @@ def test_a_named_rule_inside_a_condition_keeps_its_own_precedence():
     ("stalls(b, c)", "stalls() takes 1 node name(s), stalls(replay)"),
     ("stalls(b.loss_ratio)", "takes 1 node name(s)"),
     ("diverges(b)", "diverges() takes 2 node name(s), diverges(replay, init)"),
+    ("stalls(none)", "found stalls(none)"),  # a constant is no node
 ])
 def test_a_call_the_judge_does_not_have_is_refused_with_what_it_has(text, message):
     with pytest.raises(ConditionError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_condition(text)
+
+
+def test_a_named_rule_is_spelt_out_in_place_whatever_the_line_breaks_and_characters_around_it():
+    """ast counts a lone \r as a line break and its offsets in UTF-8 bytes: the call is replaced where it is."""
+    values = {("x", "name"): "é", ("b", "level_ratio"): 0.95, ("b", "loss_ratio"): 1.0, ("b", "pace_vs_run"): None}
+    for text in ("(x.name == 'é' and\r stalls(b))", "(x.name == 'é' and\r\n stalls(b))", "(x.name == 'é' and\n stalls(b))"):
+        condition = parse_condition(text)
+        assert condition.evaluate(lambda n, f: values[(n, f)]) is True, text
+        assert condition.written == text and "stalls" not in condition.text

@@ -287,3 +287,17 @@ def test_a_then_stopped_midway_runs_again_and_is_told_it_is_a_repeat(tmp_path):
     assert watcher.process(capture) == 1
     assert log.read_text().splitlines() == ["complete 1"]
     assert watcher.state.get(capture.name).status == "done"
+
+
+def test_a_capture_given_up_on_is_notified_once_and_an_old_give_up_is_left_alone(tmp_path):
+    """Three triages started and none finished: the watcher gives up and --then hears of it at once. A
+    capture an older watcher gave up on without running --then is not notified late, on an upgrade."""
+    watcher, capture, log = _watcher_with_state(tmp_path, status="running", attempts=3)
+    assert watcher.process(capture) == 1
+    assert log.read_text().splitlines() == ["failed 0"]
+    assert watcher.state.get(capture.name).status == "failed"
+
+    old = tmp_path / "old"
+    old.mkdir()
+    watcher, capture, log = _watcher_with_state(old, status="failed", attempts=3, error="gave up")
+    assert watcher.process(capture) == 0 and not log.exists()

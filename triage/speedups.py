@@ -1,8 +1,10 @@
 """The speed machinery: what triage does only to be faster, named in one record.
 
-Each part changes seconds, never a figure, a verdict or a byte of the report: a walk with every part on
-and one with none give the same report.json figures and the same page (tests/test_speedups.py), and
-`benchmarks/speedups.py` prints the seconds each part saves. `triage run --no-speedups` turns them all off.
+Each part changes seconds, never a verdict: on one torch thread, a walk with every part on and one with
+none measure the same figures, take the same decisions and draw the same figures on the page
+(tests/test_speedups.py). With torch on two threads the fork runs a differential on one, so its figures
+can differ from a walk without it in their last digits. `benchmarks/speedups.py` prints the seconds each
+part saves; `triage run --no-speedups` turns them all off.
 
 - fork (walk/forked.py): a differential's candidates two at a time, in the walk's process and a forked
   copy of it, each on one torch thread. Only where a fork is safe and pays: Linux, a CPU run, one rank,
@@ -21,7 +23,7 @@ import contextlib
 from contextvars import ContextVar
 from typing import Iterator
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 
 class Speedups(BaseModel):
@@ -32,6 +34,13 @@ class Speedups(BaseModel):
     fork: bool = True
     draw_ahead: bool = True
     figure_cache: bool = True
+
+    @model_validator(mode="after")
+    def _drawing_ahead_needs_the_cache(self) -> "Speedups":
+        if self.draw_ahead and not self.figure_cache:
+            raise ValueError("expected draw_ahead=False where figure_cache=False (the drawer draws into the figure "
+                             "cache), found draw_ahead=True; turn both off")
+        return self
 
     @classmethod
     def none(cls) -> "Speedups":

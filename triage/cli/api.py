@@ -28,9 +28,6 @@ from triage.walk.playbook import Playbook, load_playbook
 
 log = logging.getLogger(__name__)
 
-# A library call: the figure cache alone (a caller may run walks side by side, with no core to spare).
-LIBRARY_SPEEDUPS = Speedups(fork=False, draw_ahead=False)
-
 
 def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, out: Optional[Path] = None,
         playbook: Optional[Path] = None, steps: Optional[int] = None, seed: int = 0,
@@ -38,7 +35,7 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
         history_loss: Optional[str] = None, history_val: Optional[str] = None,
         snapshot_dir: Optional[Path] = None, listener: Optional[Listener] = None, command: Optional[str] = None,
         rank_timeout: float = DEFAULT_RANK_TIMEOUT_S, ahead: Optional[Ahead] = None,
-        speedups: Speedups = LIBRARY_SPEEDUPS, max_minutes: Optional[float] = None) -> tuple[Report, dict[str, Path]]:
+        speedups: Optional[Speedups] = None, max_minutes: Optional[float] = None) -> tuple[Report, dict[str, Path]]:
     """Triage one run: load, walk the playbook, write the report. Returns it and the files written.
 
     `entry` is a spec like "mymod:setup" (as `--entry`) or the setup function itself (or a LightningModule
@@ -51,15 +48,18 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
     Under torchrun (or inside a torch.distributed process group) every rank calls this: each opens its own
     session and the walk runs in lockstep; rank 0 alone writes the report (the other ranks get no files).
     `rank_timeout` bounds how long a rank may stay silent in a collective before the walk stops naming it.
-    `speedups` says which parts of the speed machinery the walk may use (triage/speedups.py); none of them
-    changes a figure. By default a library call uses the figure cache alone: a caller running walks side
-    by side has no core to spare for a forked copy or a drawer. `speedups.fork` measures a differential's
+    `speedups` says which parts of the speed machinery the walk may use (triage/speedups.py). By default a
+    library call uses the figure cache, and the drawer `ahead` where one is given: a caller running walks
+    side by side has no core to spare for a forked copy. `speedups.fork` measures a differential's
     candidates two at a time (walk/forked.py). `ahead` is the drawer (report/ahead.py) the command line
-    starts before it imports torch where `speedups.draw_ahead` allows; it is closed when this returns.
+    starts before it imports torch; it is closed when this returns (at once where `speedups` turns drawing
+    ahead off).
     `max_minutes` is a ceiling on the walk (none by default): every experiment runs its steps, however fast
     the machine, until the ceiling cuts one; the walk then stops with no verdict, `report.cut` naming the
     experiment it cut, and `report.stopped` saying so (a cut experiment is unmeasured, not ruled out).
     """
+    if speedups is None:
+        speedups = Speedups(fork=False, draw_ahead=ahead is not None)
     if not speedups.draw_ahead and ahead is not None:
         ahead.close()
         ahead = None

@@ -116,9 +116,7 @@ def run(
                               "capture), found none. Pass --checkpoint PATH; without it triage would replay "
                               "setup()'s fresh initialisation, a run that never failed.")
     rank = int(os.environ.get("RANK", "0"))
-    from triage.speedups import Speedups
-
-    speedups = Speedups.none() if no_speedups else Speedups()
+    speedups = _speedups(no_speedups)
     ahead = _drawer() if speedups.draw_ahead and not nproc_per_node and rank == 0 else None
     from triage.cli.api import run as run_triage
     from triage.load.launch import EXIT_STOPPED, launch, launch_command
@@ -162,9 +160,7 @@ def demo(
         width = max(map(len, names))
         print("\n".join(f"{n:<{width}}  {example_summary(n)}" for n in names))
         return
-    from triage.speedups import Speedups
-
-    speedups = Speedups.none() if no_speedups else Speedups()
+    speedups = _speedups(no_speedups)
     ahead = _drawer() if speedups.draw_ahead else None
     from triage.cli.api import run as run_triage
 
@@ -187,9 +183,9 @@ def rerender(
 ) -> None:
     """Re-render report.html and summary.md from report.json, without re-running anything."""
     from triage.report import carried, read_report, write_report
-    from triage.speedups import Speedups, using
+    from triage.speedups import using
 
-    with _user_errors(debug), using(Speedups.none() if no_speedups else Speedups()):
+    with _user_errors(debug), using(_speedups(no_speedups)):
         report = read_report(report_json)
         with carried.figures_from(report_json.parent / "report.html"):  # not drawn again if they pass
             files = write_report(report, out or report_json.parent)
@@ -287,6 +283,13 @@ def bench(
 
     logging.basicConfig(level=logging.ERROR)
     print_table(run_cases(names or None, steps, folder=folder, keep=keep), sys.stdout)
+
+
+def _speedups(off: bool):
+    """All of the speed machinery, or (--no-speedups) none of it."""
+    from triage.speedups import Speedups
+
+    return Speedups.none() if off else Speedups()
 
 
 def _drawer():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 import numpy as np
 import torch
@@ -120,13 +120,15 @@ class ReplayOutcome(VerifiedFix):
     val_losses: list[float] = Field(default_factory=list)
     skipped: list[int] = Field(default_factory=list, description="Batch indices left out.")
     overflow_steps: list[int] = Field(
-        default_factory=list, description="Steps a GradScaler skipped: the loss finite, the gradient not, and no "
-                                          "update (the reference loop's scaler, or the run's own step not reaching "
-                                          "optimizer.step()).")
+        default_factory=list, description="Steps whose update a GradScaler skipped (its scale dropped: the "
+                                          "reference loop's, or Setup.scaler under the run's own step); with no "
+                                          "scaler declared, the run's own step that left a non-finite gradient and "
+                                          "did not reach optimizer.step().")
     overflow_count: int = Field(default=0, description="How many steps overflowed (overflow_steps).")
     overflowing_batches: list[int] = Field(
         default_factory=list, description="Snapshot batches that overflowed on every pass, over two passes or "
-                                          "more: skipped each time they came round, never learned from.")
+                                          "more: skipped each time they came round, never learned from (none "
+                                          "named under gradient accumulation; this rank's batches).")
     finite: bool = Field(description="Every loss and gradient norm stayed finite (on every rank).",
                          json_schema_extra={"ranks": "all"})
     first_nonfinite_step: Optional[int] = None
@@ -201,6 +203,7 @@ class _Trace:
     unknown_optimizers: Optional[str] = None  # train_step stepped an optimizer setup() did not hand triage
     batch_order: list[int] = field(default_factory=list)  # call k trains on snapshot batch batch_order[k % len]
     overflowed: list[bool] = field(default_factory=list)  # per call: a scaler skipped its update
+    accumulates: bool = False  # the run's own step took calls that neither stepped nor were skipped
 
     def record(self, rows: list[list[float]]) -> tuple[float, float]:
         """One step's (loss, gradient norm, ...) on every rank. The step's figures are their means (a DDP step
@@ -346,7 +349,7 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
                own=step_own if user else None,
                reference=lambda batch: reference_step(setup, batch, precision, clip, scaler, session.device,
                                                       params, lr_scale),
-               scaler_free=scaler is None)
+               scaler_free=scaler is None, watched=setup.scaler if user else scaler)
         if user:
             trace.not_applicable += step_own.unreached(len(trace.losses))
             trace.unknown_optimizers = step_own.unknown_optimizers()
@@ -355,7 +358,7 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
 
 
 def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_going, schedule: RunSchedule,
-           lr_scale: float, own: Optional[OwnStep], reference, scaler_free: bool) -> None:
+           lr_scale: float, own: Optional[OwnStep], reference, scaler_free: bool, watched: Any = None) -> None:
     """The replay's steps, one batch each, until `p.steps` (or `extend_to`) steps, the first non-finite loss,
     or the budget. Each is the run's own train_step (`own`) or the reference step; the scheduler is stepped
     after each optimizer step, as the run stepped it, unless the run's step stepped it itself.
@@ -379,7 +382,7 @@ def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_
             trace.truncated = ctx.cut = True
             break
         batch = batches[call % len(batches)]
-        stepped = True  # an update ran (or, with the run's own step, might have)
+        stepped, scale = True, _scale_of(watched)  # (the run's own step: whether it reached optimizer.step())
         if own is not None:
             figures = own(batch)
             loss, norm, stepped = figures.loss, figures.norm, figures.stepped
@@ -395,10 +398,8 @@ def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_
         # One collective a step: every rank's figures, and whether any rank is past the ceiling.
         rows = ctx.ranks.gather_floats((loss, norm, float(ctx.past_budget())))
         loss, norm = trace.record(rows)
-        # A scaler skipped this update: its gradient overflowed, the step went on (the loop's own step did not
-        # reach optimizer.step(); the reference loop's GradScaler skips every non-finite one)
-        trace.overflowed.append(math.isfinite(loss) and not math.isfinite(norm)
-                                and (not stepped if own is not None else not scaler_free))
+        trace.overflowed.append(_skipped(scale, _scale_of(watched), loss, norm, stepped, own is not None))
+        trace.accumulates |= own is not None and not stepped and not trace.overflowed[-1]
         over_budget = any(row[2] for row in rows)
         if p.val_every and session.val_batches and call % p.val_every == 0:
             trace.val_steps.append(call)
@@ -415,6 +416,21 @@ def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_
 
 
 MAX_CALLS_PER_STEP = 64  # calls of the run's own step per optimizer step at most (gradient accumulation)
+
+
+def _scale_of(scaler: Any) -> Optional[float]:
+    """A GradScaler's scale now (None: no scaler, or one that is off)."""
+    return float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else None
+
+
+def _skipped(scale_before: Optional[float], scale_after: Optional[float], loss: float, norm: float,
+             stepped: bool, own: bool) -> bool:
+    """A GradScaler skipped this step's update because its gradient overflowed: its scale dropped (update()
+    halves it after a skipped step). With no scaler triage can see, the run's own step that left a
+    non-finite gradient and never reached optimizer.step() (a scaler of its own, or a hand-written guard)."""
+    if scale_before is not None and scale_after is not None:
+        return scale_after < scale_before
+    return own and not stepped and math.isfinite(loss) and not math.isfinite(norm)
 
 
 def _start_weights(session, setup, p: ReplayParams) -> list[torch.Tensor]:
@@ -524,14 +540,16 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
 
 
 def _overflows(t: _Trace) -> dict:
-    """The steps a scaler skipped (a finite loss, a non-finite gradient), and the batches skipped on every
-    pass: a scaler's own calibration overflows a step now and then; a batch that overflows each time it
-    comes round is one the run never learns from."""
+    """The steps a scaler skipped, and the batches skipped on every pass: a scaler's own calibration
+    overflows a step now and then; a batch that overflows each time it comes round is one the run never
+    learns from. Under gradient accumulation a skip shows at the micro-batch that stepped, not at the one
+    that overflowed, so no batch is named there."""
     steps = [k for k, skipped in enumerate(t.overflowed) if skipped]
     passes: dict[int, list[bool]] = {}
     for k, skipped in enumerate(t.overflowed):
-        passes.setdefault(t.batch_order[k % len(t.batch_order)] if t.batch_order else 0, []).append(skipped)
-    batches = sorted(b for b, overflowed in passes.items() if len(overflowed) >= 2 and all(overflowed))
+        passes.setdefault(t.batch_order[k % len(t.batch_order)], []).append(skipped)
+    batches = [] if t.accumulates else sorted(b for b, overflowed in passes.items()
+                                              if len(overflowed) >= 2 and all(overflowed))
     return dict(overflow_steps=steps, overflow_count=len(steps), overflowing_batches=batches)
 
 

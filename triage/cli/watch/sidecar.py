@@ -136,10 +136,9 @@ class Watcher:
             record = self.state.get(name)  # re-read under the claim: the holder before us may have finished
             if _settled(record):
                 return 0
-            if record is None or record.status == "running":
-                if record is not None and record.attempts >= MAX_ATTEMPTS:
-                    self._failed(name, f"{record.attempts} triages were started and none finished; giving up on it")
-                    return 0
+            if record is not None and record.status == "running" and record.attempts >= MAX_ATTEMPTS:
+                self._failed(name, f"{record.attempts} triages were started and none finished; giving up on it")
+            elif record is None or record.status == "running":
                 if record is not None:
                     log.warning("%s: a watcher stopped in the middle of its triage; triaging it again",
                                 name)
@@ -222,9 +221,12 @@ class Watcher:
 
 
 def _settled(record) -> bool:
-    """Nothing is left to do for this capture: --then has run after its report (or after its failure)."""
-    return record is not None and (record.status == "done" or (record.status == "failed"
-                                                                and record.then_exit is not None))
+    """Nothing is left to do for this capture: --then has run after its report (or after its failure). A
+    capture given up on by a watcher before --then ran after failures too is settled, not notified late."""
+    if record is None or record.status not in ("done", "failed"):
+        return False
+    return (record.status == "done" or record.then_exit is not None
+            or (record.attempts >= MAX_ATTEMPTS and not record.then_started))
 
 
 def child_env(environ, threads: Optional[int], device: Optional[str]) -> dict[str, str]:

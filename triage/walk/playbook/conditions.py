@@ -42,9 +42,18 @@ class ConditionError(ValueError):
 
 @dataclass(frozen=True)
 class Condition:
-    text: str
+    text: str  # what is evaluated: the judge's named rules spelt out
     tree: ast.expr
     refs: frozenset[tuple[str, str]]
+    written: str = ""  # as the playbook wrote it (a named rule called by name)
+
+    @property
+    def quoted(self) -> str:
+        """For an error: as written, in quotes, and what it spells out to where that differs."""
+        written = self.written.strip()
+        if not written or written == self.text.strip():
+            return f"'{self.text}'"
+        return f"'{written}' (spelt out: '{self.text}')"
 
     def evaluate(self, lookup: Lookup, errors: Optional[list[str]] = None) -> bool:
         """True only when the condition holds; unknown counts as not taken. What could not be evaluated
@@ -75,10 +84,11 @@ class Condition:
 
 
 def parse_condition(text: str) -> Condition:
-    text = _written_out(str(text))
-    if len(text) > MAX_CHARS:
-        raise ConditionError(f"a condition of {len(text)} characters is longer than the {MAX_CHARS} allowed; "
+    written = str(text)
+    if len(written) > MAX_CHARS:
+        raise ConditionError(f"a condition of {len(written)} characters is longer than the {MAX_CHARS} allowed; "
                              "split it over a decision node")
+    text = _written_out(written)
     try:
         tree = ast.parse(text.strip(), mode="eval").body
     except SyntaxError as exc:
@@ -92,7 +102,7 @@ def parse_condition(text: str) -> Condition:
                              "simplify it")
     refs: set[tuple[str, str]] = set()
     _check(tree, text, refs)
-    return Condition(text=text, tree=tree, refs=frozenset(refs))
+    return Condition(text=text, tree=tree, refs=frozenset(refs), written=written)
 
 
 def _written_out(text: str) -> str:
@@ -106,10 +116,10 @@ def _written_out(text: str) -> str:
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
     if not calls:
         return text
-    source = text.strip().encode()  # ast's offsets count UTF-8 bytes
+    source = text.strip().encode()  # ast's offsets count UTF-8 bytes, on lines as splitlines() cuts them
     line_starts = [0]
-    for line in source.split(b"\n")[:-1]:
-        line_starts.append(line_starts[-1] + len(line) + 1)
+    for line in source.splitlines(keepends=True):
+        line_starts.append(line_starts[-1] + len(line))
     spelt = []
     for call in calls:
         name = call.func.id if isinstance(call.func, ast.Name) else ast.unparse(call.func)
@@ -117,9 +127,11 @@ def _written_out(text: str) -> str:
         if rule is None:
             raise ConditionError(f"in '{_short(text)}': '{name}(...)' is not one of the judge's named rules; "
                                  f"a condition may call {', '.join(sorted(NAMED))}")
-        if call.keywords or len(call.args) != len(rule.nodes) or not all(isinstance(a, ast.Name) for a in call.args):
+        if (call.keywords or len(call.args) != len(rule.nodes)
+                or not all(isinstance(a, ast.Name) and a.id not in _NAMES for a in call.args)):
             raise ConditionError(f"in '{_short(text)}': {name}() takes {len(rule.nodes)} node name(s), "
-                                 f"{name}({', '.join(rule.nodes)}), found {name}({', '.join(map(ast.unparse, call.args))})")
+                                 f"{name}({', '.join(rule.nodes)}): {rule.says}; found "
+                                 f"{name}({', '.join(map(ast.unparse, [*call.args, *call.keywords]))})")
         whole = call is tree
         body = rule.written_out([a.id for a in call.args])
         spelt.append((line_starts[call.lineno - 1] + call.col_offset,

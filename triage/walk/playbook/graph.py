@@ -394,13 +394,13 @@ class _Refs:
                     raise PlaybookError(self.where.say(at, f"'setup.{field}' is unknown; setup facts: {SETUP_FACTS}."))
                 continue
             if ref not in self.experiments:
-                raise PlaybookError(self.where.say(at, f"'{condition.text}' names '{ref}', "
+                raise PlaybookError(self.where.say(at, f"{condition.quoted} names '{ref}', "
                                                        "which is not an experiment node or candidate."))
             if allowed is not None and ref not in allowed:
-                raise PlaybookError(self.where.say(at, f"'{condition.text}' reads '{ref}', which does not "
+                raise PlaybookError(self.where.say(at, f"{condition.quoted} reads '{ref}', which does not "
                                                        "always run before this point; read only nodes on every "
                                                        "path from the entry."))
-            self.field(ref, field, at, f"'{condition.text}'")
+            self.field(ref, field, at, condition.quoted)
         try:
             check_types(condition, self.kinds)
         except ConditionError as exc:

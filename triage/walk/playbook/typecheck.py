@@ -71,15 +71,15 @@ def describe(kinds: Kinds) -> str:
 
 def check_types(condition: Condition, field_kinds: Callable[[str, str], Kinds]) -> None:
     """Raise ConditionError naming the part of `condition` that can never be evaluated."""
-    _Checker(condition.text, field_kinds).kinds(condition.tree)
+    _Checker(condition.quoted, field_kinds).kinds(condition.tree)
 
 
 class _Checker:
-    def __init__(self, text: str, field_kinds: Callable[[str, str], Kinds]) -> None:
-        self.text, self.field_kinds = text, field_kinds
+    def __init__(self, quoted: str, field_kinds: Callable[[str, str], Kinds]) -> None:
+        self.quoted, self.field_kinds = quoted, field_kinds
 
     def fail(self, node: ast.AST, message: str) -> None:
-        raise ConditionError(f"in '{self.text}': {message} (at `{ast.unparse(node)}`)")
+        raise ConditionError(f"in {self.quoted}: {message} (at `{ast.unparse(node)}`)")
 
     def kinds(self, node: ast.AST) -> Kinds:
         if isinstance(node, ast.Attribute):
