@@ -104,7 +104,7 @@ def test_a_named_rule_inside_a_condition_keeps_its_own_precedence():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("stall(b)", "'stall(...)' is not one of the judge's named rules"),
+    ("stall(b)", "'stall(...)' is not part of the condition language, which calls only"),
     ("stalls(b, c)", "stalls() takes 1 node name(s), stalls(replay)"),
     ("stalls(b.loss_ratio)", "takes 1 node name(s)"),
     ("diverges(b)", "diverges() takes 2 node name(s), diverges(replay, init)"),

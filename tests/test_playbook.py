@@ -72,7 +72,7 @@ def test_a_good_playbook_becomes_a_graph(tmp_path):
     ("    diagnosis: healthy\n", "    diagnosis: healthy_ish\n", "node 'fine': diagnosis 'healthy_ish' is not a known"),
     ("when: not base.finite", "when: not base.finit", "has no field 'finit'"),
     ("when: not base.finite", "when: lr.finite", "does not always run before this point"),
-    ("when: not base.finite", "when: __import__('os')", "'__import__(...)' is not one of the judge's named rules"),
+    ("when: not base.finite", "when: __import__('os')", "'__import__(...)' is not part of the condition language"),
     ("when: not base.finite", "when: stalls(lr)", "does not always run before this point"),  # a named rule's node too
     ("  fine:\n    diagnosis: healthy\n    fix: nothing\n", "  fine:\n    fix: nothing\n", "node 'fine': expected one of `run:`"),
     ("with: {steps: 5, lr_scale: 0.1}", "with: {steps: 5, skip_outliers_of: base}",

@@ -125,8 +125,8 @@ def _written_out(text: str) -> str:
         name = call.func.id if isinstance(call.func, ast.Name) else ast.unparse(call.func)
         rule = NAMED.get(name)
         if rule is None:
-            raise ConditionError(f"in '{_short(text)}': '{name}(...)' is not one of the judge's named rules; "
-                                 f"a condition may call {', '.join(sorted(NAMED))}")
+            raise ConditionError(f"in '{_short(text)}': '{name}(...)' is not part of the condition language, "
+                                 f"which calls only the judge's named rules: {', '.join(sorted(NAMED))}")
         if (call.keywords or len(call.args) != len(rule.nodes)
                 or not all(isinstance(a, ast.Name) and a.id not in _NAMES for a in call.args)):
             raise ConditionError(f"in '{_short(text)}': {name}() takes {len(rule.nodes)} node name(s), "
