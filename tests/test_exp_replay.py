@@ -185,3 +185,36 @@ def test_a_restart_that_holds_at_chance_where_its_reference_blew_up_gets_more_st
     assert not _worth_extending(above_chance, ctx, params)  # not held at chance: nothing to wait for
     ctx.outcomes["restart"] = blown_up.model_copy(update={"loss_end": 1.05 * nothing, "level_ratio": 1.05})
     assert BLOWN_UP > 1.05 and not _worth_extending(at_chance, ctx, params)  # at chance: it did not blow up
+
+
+def test_a_restart_extended_against_its_reference_frees_its_own_model_first(monkeypatch):
+    """Issue 26 item 3: a restart extended past its reference replays the reference as long; the restart's
+    fresh model and moments (a second copy of the run's state) must be gone before the reference runs."""
+    import weakref
+
+    from triage.experiments import replay as replay_module
+
+    built: list = []
+
+    def tracked() -> triage.Setup:
+        setup = mlp_setup()
+        built.append(weakref.ref(setup.model))
+        return setup
+
+    def counting(model, batch):
+        alive.append(sum(ref() is not None for ref in built))
+        return cross_entropy(model, batch)
+
+    ctx = context(lambda: tracked().model_copy(update={"loss_fn": counting}))
+    reference = ReplayParams(steps=4)
+    ctx.params["baseline"] = reference
+    alive: list[int] = []
+    ctx.outcomes["baseline"] = REPLAY.measure(ctx, reference)
+    monkeypatch.setattr(replay_module, "_worth_extending", lambda *a: True)
+    ctx.session.restore()
+    alive.clear()
+    out = REPLAY.measure(ctx, ReplayParams(steps=4, extend_to=8, init="setup", against="baseline"))
+    assert out.steps_run == 8 and out.reference_steps == 8
+    restart, reference_replay = alive[:8], alive[-8:]
+    assert max(restart) == 2  # the session's model and the restart's
+    assert max(reference_replay) == 1  # the session's model alone

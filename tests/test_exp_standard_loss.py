@@ -1,6 +1,7 @@
 """A fault inside loss_fn: the run trained on its own loss against the standard one, from the same start."""
 
 import math
+import weakref
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import triage
 from tests._instrument_runs import (classifier_setup, digits, run, session_of, train_and_triage,
                                    trained_checkpoint)
 from triage.experiments.outputs import OUTPUT_CHECK
-from triage.experiments.standard_loss import STANDARD_LOSS_SWAP
+from triage.experiments.standard_loss import STANDARD_LOSS_SWAP, compare_at_checkpoint, standard_rule
 
 
 def smoothed(model, batch):  # the typo: label_smoothing=0.9 for 0.1 leaves a nearly uniform target
@@ -125,3 +126,30 @@ def test_a_double_softmax_inside_the_loss_is_named_even_once_the_model_is_right(
     assert report.root_cause == "wrong_loss", report.path
     outputs = next(e.outcome for e in report.experiments if e.node == "outputs")
     assert outputs["standard_level_ratio"] < 0.1 and outputs["loss_vs_standard"] > 5
+
+
+class RemembersItsLastOutput(nn.Module):
+    """An MLP that notes, at each forward, whether its previous forward's output is still alive: alive, that
+    forward's graph (its activations, a training step's worth) is held beside the new one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+        self.last = None
+        self.previous_alive: list[bool] = []
+
+    def forward(self, x):
+        self.previous_alive.append(self.last is not None and self.last() is not None)
+        out = self.net(x)
+        self.last = weakref.ref(out)
+        return out
+
+
+def test_comparing_the_losses_holds_one_forward_at_a_time():
+    model = RemembersItsLastOutput()
+    session = session_of(lambda: classifier_setup(model=model))
+    rule = standard_rule(session)
+    model.previous_alive.clear()
+    compared = compare_at_checkpoint(session, rule)
+    assert len(model.previous_alive) == 4 and compared.gradient_gap < 1e-5
+    assert not any(model.previous_alive)

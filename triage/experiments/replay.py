@@ -245,7 +245,11 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
     if trace.not_applicable:  # not tried: neither a fix nor ruled out
         raise NotApplicable("The run's own train_step does not let this candidate in: "
                             + "; ".join(trace.not_applicable) + ".")
-    return _over_the_same_steps(ctx, p, _summarise(trace, setup.model, clip, skip, ctx, p))
+    outcome = _summarise(trace, setup.model, clip, skip, ctx, p)
+    # A restart's fresh model, its moments and its start weights, freed before a longer reference replay
+    # (below) builds a model of its own: held, two restarts' state would be alive at once.
+    del setup, trace
+    return _over_the_same_steps(ctx, p, outcome)
 
 
 def _over_the_same_steps(ctx: Context, p: ReplayParams, outcome: "ReplayOutcome") -> "ReplayOutcome":

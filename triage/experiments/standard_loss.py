@@ -170,6 +170,9 @@ def compare_at_checkpoint(session: Any, rule: Rule) -> Comparison:
             size += float(g_standard.float().norm())
             own_losses.append(loss_value(own))
             standard_losses.append(loss_value(standard))
+            # Dropped before the next batch's forward: held across it, this batch's graph (a training
+            # step's activations) would be alive beside the next one's.
+            del own, output, standard, g_standard, g_own
     finally:
         setup.model.train(was_training)
     return Comparison(own=sum(own_losses) / len(own_losses), standard=sum(standard_losses) / len(standard_losses),
