@@ -27,7 +27,6 @@ class ReferenceFigures(BaseModel):
     level_ratio: Optional[float]
 
 
-
 def worth_more_steps(*, start: Optional[float], end: Optional[float], reference: ReferenceFigures,
                      levels: LossLevels, margin: float, level_margin: float) -> bool:
     """The fix (its start and end windows so far) is not verified yet, but it learns (its loss down 5%)
@@ -51,5 +50,6 @@ def worth_more_steps(*, start: Optional[float], end: Optional[float], reference:
         learned_nothing = reference.level_ratio is not None and reference.level_ratio > level_margin
         if not learned_nothing or not nothing or nothing <= 0 or end / nothing > level_margin:
             return False
-    return not judge_fix(finite=True, loss_start=start, loss_end=end, reference_end=end_of(reference.finite, reference.loss_end), levels=levels,
+    reference_end = end_of(reference.finite, reference.loss_end)
+    return not judge_fix(finite=True, loss_start=start, loss_end=end, reference_end=reference_end, levels=levels,
                          margin=margin, level_margin=level_margin).fix_works

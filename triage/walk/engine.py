@@ -26,9 +26,9 @@ from triage.walk.settle import RankFailure, settle
 from triage.experiments import Context, NotApplicable, Outcome
 from triage.experiments.levels import loss_levels
 from triage.walk.forked import Candidates, OneByOne, TwoAtOnce, can_fork, training_state_bytes
-from triage.walk.playbook import Playbook
 from triage.judge.decay import decay_reach
 from triage.judge.differential import judge_candidates, outranked, tier_of
+from triage.walk.playbook import Playbook
 from triage.records import CandidateResult, Clause, Confidence, Decision, ExperimentRun, SetupFacts
 from triage.walk.playbook.schema import DecisionNode, DifferentialNode, LeafNode, RunNode
 from triage.load.session import Session
@@ -125,7 +125,6 @@ def setup_facts(session: Session) -> SetupFacts:
         batch_count=len(session.batches),
         optimizer_count=len(getattr(s.optimizer, "optimizers", None) or [s.optimizer]),
     )
-
 
 
 def lookup(node: str, name: str, facts: SetupFacts, runs: dict[str, ExperimentRun],

@@ -45,15 +45,14 @@ class Condition:
     text: str  # what is evaluated: the judge's named rules spelt out
     tree: ast.expr
     refs: frozenset[tuple[str, str]]
-    written: str = ""  # as the playbook wrote it (a named rule called by name)
+    written: str  # as the playbook wrote it (a named rule called by name)
 
     @property
     def quoted(self) -> str:
         """For an error: as written, in quotes, and what it spells out to where that differs."""
-        written = self.written.strip()
-        if not written or written == self.text.strip():
+        if self.written.strip() == self.text.strip():
             return f"'{self.text}'"
-        return f"'{written}' (spelt out: '{self.text}')"
+        return f"'{self.written.strip()}' (spelt out: '{self.text}')"
 
     def evaluate(self, lookup: Lookup, errors: Optional[list[str]] = None) -> bool:
         """True only when the condition holds; unknown counts as not taken. What could not be evaluated
