@@ -30,6 +30,7 @@ from recorder_overhead import one_step  # noqa: E402  the zoo's own stock loop
 
 import triage  # noqa: E402
 from triage.cli.zoo import example_path, load_example  # noqa: E402
+from triage.flight.places import report_dir  # noqa: E402
 
 
 def overhead(name: str, steps: int, rounds: int, root: Path) -> dict[str, float]:
@@ -75,7 +76,7 @@ def capture_to_report(name: str, root: Path, timeout_s: float = 600) -> tuple[fl
     else:
         raise SystemExit(f"{name} never captured")
     captured = time.perf_counter()
-    report = folder.parent / f"{folder.name}.report" / "report.json"
+    report = report_dir(folder) / "report.json"
     while time.perf_counter() - captured < timeout_s:
         try:
             data = json.loads(report.read_text())

@@ -16,6 +16,7 @@ import pytest
 from tests import watch_run
 from triage.cli.watch.sidecar import WatchOptions, Watcher, finished_captures
 from triage.flight.autotriage import AutoTriage, launch
+from triage.flight.places import report_dir
 
 REPO = Path(__file__).resolve().parents[1]
 THEN = 'echo "$TRIAGE_REPORT|$TRIAGE_ROOT_CAUSE|$TRIAGE_CONFIDENCE|$TRIAGE_STEP" >> "$THEN_LOG"'
@@ -77,7 +78,7 @@ def test_a_run_diverging_beside_the_watcher_gets_its_report_and_then_receives_it
         watch.terminate()
         watch.wait(30)
     report_html, root_cause, confidence, then_step = received[0].split("|")
-    assert Path(report_html) == capture.parent / f"{capture.name}.report" / "report.html"
+    assert Path(report_html) == report_dir(capture) / "report.html"
     assert Path(report_html).is_file() and root_cause == "lr_too_high" and then_step == str(step)
     report = json.loads((Path(report_html).parent / "report.json").read_text())
     assert (report["status"], report["root_cause"], report["confidence"]) == ("complete", "lr_too_high", confidence)
@@ -96,7 +97,7 @@ def test_a_watcher_killed_mid_triage_finishes_that_report_exactly_once(tmp_path)
     first.send_signal(signal.SIGKILL)
     first.wait(30)
     wait_for(lambda: not alive(child), "the killed watcher's triage to die with it", 30)
-    assert not (capture.parent / f"{capture.name}.report" / "report.json").exists() and not lines(then_log)
+    assert not (report_dir(capture) / "report.json").exists() and not lines(then_log)
 
     hold.unlink()
     again = subprocess.run([sys.executable, "-m", "triage", "watch", str(caps), "--entry", watch_run.ENTRY, "--once",
@@ -104,7 +105,7 @@ def test_a_watcher_killed_mid_triage_finishes_that_report_exactly_once(tmp_path)
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert "stopped in the middle of its triage" in again.stderr
-    report = json.loads((capture.parent / f"{capture.name}.report" / "report.json").read_text())
+    report = json.loads((report_dir(capture) / "report.json").read_text())
     assert (report["status"], report["root_cause"]) == ("complete", "lr_too_high")
     record = state(caps)[capture.name]
     assert (record["status"], record["attempts"]) == ("done", 2)
@@ -114,7 +115,9 @@ def test_a_watcher_killed_mid_triage_finishes_that_report_exactly_once(tmp_path)
                             "--then", THEN], cwd=REPO, env=env(THEN_LOG=str(then_log)),
                            capture_output=True, text=True, timeout=120)
     assert third.returncode == 0 and len(lines(then_log)) == 1, "a triaged capture is never triaged again"
-    assert sorted(p.name for p in caps.iterdir()) == [".triage-watch", capture.name, f"{capture.name}.report"]
+    assert sorted(p.name for p in caps.iterdir()) == [".triage-watch", capture.name]
+    assert [p.name for p in caps.glob("capture-*")] == [capture.name], "a setup()'s capture glob meets captures only"
+    assert report_dir(capture) == tmp_path / "captures-reports" / capture.name
 
 
 def test_only_folders_whose_manifest_is_written_are_captures(tmp_path):
@@ -146,7 +149,7 @@ def test_a_failing_then_is_logged_and_the_capture_still_counts_as_done(tmp_path)
     assert "--then exited with status 7" in done.stderr and "no ticket system" in done.stderr
     record = state(tmp_path)[f"capture-{step:07d}-spike"]
     assert (record["status"], record["then_exit"]) == ("done", 7)
-    assert (tmp_path / f"capture-{step:07d}-spike.report" / "report.html").is_file()
+    assert (report_dir(tmp_path / f"capture-{step:07d}-spike") / "report.html").is_file()
 
 
 def test_once_exits_1_when_a_capture_it_triaged_failed(tmp_path):
@@ -240,7 +243,7 @@ def test_the_lightning_callback_with_triage_on_capture_triages_its_own_capture(t
     received = wait_for(lambda: lines(then_log), "the detached triage's --then")
     report_html, root_cause, _, _ = received[0].split("|")
     capture = Path(run.stdout.split("captured ")[1].split(" at step")[0])
-    assert Path(report_html) == capture.parent / f"{capture.name}.report" / "report.html"
+    assert Path(report_html) == report_dir(capture) / "report.html"
     report = json.loads((Path(report_html).parent / "report.json").read_text())
     assert (report["status"], report["root_cause"], root_cause) == ("complete", "lr_too_high", "lr_too_high")
     wait_for(lambda: state(capture.parent).get(capture.name, {}).get("status") == "done",
@@ -280,8 +283,8 @@ def test_a_failed_triage_whose_then_never_ran_gets_it_on_restart_once(tmp_path):
 
 
 def test_a_then_stopped_midway_runs_again_and_is_told_it_is_a_repeat(tmp_path):
-    report = tmp_path / "capture-0000007-spike.report"
-    report.mkdir()
+    report = report_dir(tmp_path / "capture-0000007-spike")
+    report.mkdir(parents=True)
     (report / "report.json").write_text(json.dumps({"status": "complete", "root_cause": "lr_too_high"}))
     watcher, capture, log = _watcher_with_state(tmp_path, status="reported", report=str(report), then_started=True)
     assert watcher.process(capture) == 1

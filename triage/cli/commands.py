@@ -196,7 +196,7 @@ def rerender(
 def watch(
     folder: Path = typer.Argument(..., metavar="DIR", help="The folder the recorder writes captures to."),
     entry: Optional[str] = typer.Option(None, "--entry", "-e", help="mymod:setup (default: the entry each capture's manifest names)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the reports, one sub-folder per capture (default: DIR/<capture>.report beside each)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the reports, one sub-folder per capture (default: DIR-reports/<capture>, beside DIR, so a glob of DIR finds captures only)."),
     then: Optional[str] = typer.Option(None, "--then", help="A shell command run after each triage, with TRIAGE_REPORT, TRIAGE_ROOT_CAUSE, TRIAGE_CONFIDENCE, ... in its environment."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads each triage may use (default: torch's own choice)."),
     device: Optional[str] = typer.Option(None, "--device", help="The CUDA device each triage may see (an index such as 1), or cpu to hide them all."),
@@ -208,11 +208,11 @@ def watch(
     playbook: Optional[Path] = typer.Option(None, "--playbook", "-p", help="A playbook YAML (default: the shipped one)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Triage each finished capture under DIR, one at a time, and write its report beside it.
+    """Triage each finished capture under DIR, one at a time, and write its report in DIR-reports/.
 
     A capture is finished when the recorder has written its manifest (last, atomically). Restarted, the
     watcher never triages a capture twice and triages again the one it was stopped in (its state is in
-    .triage-watch/ beside the reports). Exit codes: 0 stopped, or done (--once); 1 a triage failed (--once);
+    DIR/.triage-watch/, or in --out). Exit codes: 0 stopped, or done (--once); 1 a triage failed (--once);
     2 bad input.
     """
     from triage.cli.watch.sidecar import Watcher, WatchOptions
@@ -229,7 +229,7 @@ def watch(
             raise typer.Exit(130)
         if once and watcher.failed:  # a scheduled `--once` must not report success over a failed triage
             console.print(f"[bold red]triage watch:[/] the triage of {', '.join(watcher.failed)} failed; "
-                          f"its log is beside its report, and its state in .triage-watch/.", highlight=False)
+                          f"its log (triage.log) is in its report folder, and its state in .triage-watch/.", highlight=False)
             raise typer.Exit(1)
 
 

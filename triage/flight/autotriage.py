@@ -25,6 +25,7 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from triage.errors import TriageError
+from triage.flight.places import LAUNCH_LOG, report_dir
 
 log = logging.getLogger("triage.recorder")
 
@@ -39,7 +40,8 @@ class AutoTriage(BaseModel):
         "device); now: at once, beside the run.")
     entry: Optional[str] = Field(default=None, description="The --entry that rebuilds the run (default: the "
                                                            "recorder's).")
-    out: Optional[Path] = Field(default=None, description="Folder for the reports (default: beside the capture).")
+    out: Optional[Path] = Field(default=None, description="Folder for the reports (default: the captures "
+                                                          "folder's sibling, captures-reports/).")
     then: Optional[str] = Field(default=None, description="A shell command run after the report is written "
                                                           "(see `triage watch --then`).")
     threads: Optional[int] = Field(default=None, ge=1, description="CPU threads the triage may use.")
@@ -97,15 +99,16 @@ def launch(capture: Path, entry: Optional[str], setting: AutoTriage, rank: Optio
         return
     argv = watch_argv(capture, entry, setting)
     if setting.when == "now":
-        _start(argv, capture)
+        _start(argv, capture, setting.out)
     else:
-        atexit.register(_start, argv, capture)
+        atexit.register(_start, argv, capture, setting.out)
         log.warning("triage: the triage of %s starts when this process exits", capture)
 
 
-def _start(argv: list[str], capture: Path) -> None:
-    log_path = Path(capture).absolute().parent / f"{Path(capture).name}.launch.log"
+def _start(argv: list[str], capture: Path, reports: Optional[Path] = None) -> None:
+    log_path = report_dir(Path(capture).absolute(), reports) / LAUNCH_LOG  # not in captures/: a glob would find it
     try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as out:
             # no preexec_fn: it would run in the (multi-threaded) training process between fork and exec
             process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

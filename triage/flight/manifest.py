@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from triage.contract import Precision
 from triage.errors import CheckpointError
+from triage.flight.places import capture_of_report, is_report_folder
 from triage.flight.triggers import Trigger
 
 MANIFEST = "manifest.json"
@@ -80,6 +81,8 @@ def read_manifest(folder: Path) -> CaptureManifest:
     try:
         return CaptureManifest.model_validate_json(path.read_text())
     except OSError as exc:
+        if is_report_folder(folder):
+            raise CheckpointError(_report_not_capture(Path(folder))) from None
         raise CheckpointError(f"Expected a capture folder with {MANIFEST} at '{folder}', found it unreadable "
                               f"({exc.strerror or exc}). Pass the folder the recorder printed.") from None
     except ValidationError as exc:
@@ -88,6 +91,17 @@ def read_manifest(folder: Path) -> CaptureManifest:
             f"(first: {'.'.join(map(str, exc.errors()[0]['loc']))}: {exc.errors()[0]['msg']}). "
             "Was it written by another triage version? Re-capture, or pass the checkpoint inside it directly."
         ) from None
+
+
+def _report_not_capture(folder: Path) -> str:
+    capture = capture_of_report(folder)
+    if capture is not None:
+        return (f"Expected a capture folder with {MANIFEST}, found '{folder}' is the report triage watch wrote for "
+                f"the capture '{capture}'. Pass the capture: triage.load_batches('{capture}'), or "
+                "triage.load_batches() with no path inside the triage of it.")
+    return (f"Expected a capture folder with {MANIFEST}, found '{folder}' is a triage report folder, and its "
+            "capture is no longer beside it. Pass the capture folder the recorder printed "
+            "(captures/capture-<step>-<trigger>).")
 
 
 _triaged: Optional[Path] = None  # the capture this process is triaging (set before setup() is called)

@@ -1,4 +1,4 @@
-"""`triage watch DIR`: triage each finished capture under DIR, one at a time, and write its report beside it.
+"""`triage watch DIR`: triage each finished capture under DIR, one at a time, and write its report in DIR-reports/.
 
 A capture is finished when its manifest.json is there (the recorder writes it last, atomically); a folder
 without one is being written and is left alone. Each triage is `triage run` in a child process at lower
@@ -24,13 +24,11 @@ from typing import Optional
 from triage.load.launch import EXIT_STOPPED  # `triage run` stopped before a leaf: the report is still written
 from triage.errors import TriageError
 from triage.flight.manifest import MANIFEST, CaptureManifest, is_capture, read_manifest
+from triage.flight.places import report_dir
 from triage.cli.watch.hook import run_then
 from triage.cli.watch.state import MAX_ATTEMPTS, StateFile
 
 log = logging.getLogger("triage.cli.watch")
-
-REPORT_SUFFIX = ".report"
-
 
 @dataclass(frozen=True)
 class WatchOptions:
@@ -46,7 +44,8 @@ class WatchOptions:
     only: Optional[str] = None
 
     def report_dir(self, capture: Path) -> Path:
-        return self.out / capture.name if self.out else capture.parent / f"{capture.name}{REPORT_SUFFIX}"
+        """--out/<capture>, else DIR-reports/<capture> (never inside DIR, where a capture glob would find it)."""
+        return report_dir(capture, self.out)
 
 
 def check_options(options: WatchOptions) -> None:
@@ -162,7 +161,12 @@ class Watcher:
         if not entry:
             self._failed(name, "no --entry was given and the capture's manifest names none; pass --entry mymod:setup")
             return
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self._failed(name, f"the report folder '{out}' cannot be created ({exc.strerror or exc}); pass --out "
+                               "to a folder triage can write")
+            return
         argv = self._argv(capture, entry, out)
         log.warning("triaging %s (%s at step %d) -> %s", name, manifest.trigger.kind, manifest.step, out)
         started = time.monotonic()
