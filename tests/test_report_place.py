@@ -82,3 +82,14 @@ def test_a_report_folder_whose_capture_is_gone_says_so(tmp_path):
     (report / "report.html").write_text("<html></html>")
     with pytest.raises(triage.TriageError, match="is a triage report folder, and its capture is no longer beside it"):
         triage.load_batches(report)
+
+
+def test_triage_run_given_a_report_folder_names_its_capture(tmp_path):
+    from triage.load.checkpoint import read_checkpoint
+
+    capture = a_capture(tmp_path / "captures")
+    report = report_dir(capture)
+    report.mkdir(parents=True)
+    (report / "summary.md").write_text("")
+    with pytest.raises(triage.TriageError, match=f"is the report triage watch wrote for the capture '{capture}'"):
+        read_checkpoint(report)

@@ -37,6 +37,7 @@ import torch
 from triage.load.dcp import is_dcp_folder, read_dcp_layout, read_dcp_step
 from triage.errors import CheckpointError
 from triage.flight.manifest import HISTORY, CaptureManifest, is_capture, read_manifest
+from triage.flight.places import is_report_folder
 from triage.load.history import HistoryPoint, history_from_log_entries, history_from_value, read_history_file
 from triage.ties import fill_tied_keys
 
@@ -303,6 +304,8 @@ def _read_hf_folder(folder: Path, trusted: bool) -> Checkpoint:
             raise CheckpointError(_unreadable(weights, exc)) from exc
     elif (folder / "pytorch_model.bin").exists():
         model_state = _load(folder / "pytorch_model.bin", trusted)
+    elif is_report_folder(folder):
+        read_manifest(folder)  # raises: a watcher's report folder, naming the capture it belongs to
     else:
         raise CheckpointError(
             f"Expected the folder '{folder}' to be a Hugging Face Trainer checkpoint with "
