@@ -36,4 +36,4 @@ def test_no_framework_is_imported_and_a_missing_extra_is_named():
     assert set(found) == {"triage.integrations.lightning", "triage.integrations.transformers", "tensorboard"}
     for key, extra in (("triage.integrations.lightning", "lightning"),
                        ("triage.integrations.transformers", "transformers"), ("tensorboard", "tensorboard")):
-        assert f'pip install "triage[{extra}]"' in found[key] and "\n" not in found[key]
+        assert f'pip install "torch-triage[{extra}]"' in found[key] and "\n" not in found[key]

@@ -2,12 +2,12 @@
 callbacks run inside the user's training process (the capture floor, with triage.flight): they may
 import only the foundations and triage.flight.
 
-    triage.integrations.lightning      TriageCallback for lightning.Trainer    pip install "triage[lightning]"
-    triage.integrations.transformers   TriageCallback for transformers.Trainer pip install "triage[transformers]"
+    triage.integrations.lightning      TriageCallback for lightning.Trainer    pip install "torch-triage[lightning]"
+    triage.integrations.transformers   TriageCallback for transformers.Trainer pip install "torch-triage[transformers]"
     triage.integrations.runinfo        how a framework names its run settings (precision, clip)
 
 Reading what the frameworks save belongs to loading (triage.load): `--history` from TensorBoard event
-files (tensorboard.py, pip install "triage[tensorboard]"), and the Setup derived when `--entry` names a
+files (tensorboard.py, pip install "torch-triage[tensorboard]"), and the Setup derived when `--entry` names a
 LightningModule class, or a function returning a LightningModule (optionally with its
 LightningDataModule) or a transformers.Trainer (derive.py, lightning_setup.py, transformers_setup.py).
 `require` below names the extra to install for either.
@@ -31,4 +31,4 @@ def require(module: str, extra: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError:
         raise MissingExtraError(f"Expected the '{module}' package for this integration, found it is not installed. "
-                                f'Run `pip install "triage[{extra}]"`.') from None
+                                f'Run `pip install "torch-triage[{extra}]"`.') from None
