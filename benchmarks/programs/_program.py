@@ -71,6 +71,7 @@ def load(name: str) -> ModuleType:
         sys.path.insert(0, str(HERE))
     spec = importlib.util.spec_from_file_location(f"program_{name}", HERE / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and pickle look a module up by name while it runs
     spec.loader.exec_module(module)
     return module
 
