@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
 from typing import Callable
 
@@ -134,11 +135,11 @@ def _suite_row(name: str, cases: list[dict]) -> list[object]:
         chosen = [c for c in valid if c.get("confidence") == level]
         return share([c for c in chosen if c["predicted"] == c["expected"]], chosen)
 
-    seconds = sorted(c["seconds"] for c in valid if c.get("seconds") is not None)
+    seconds = [c["seconds"] for c in valid if c.get("seconds") is not None]
     return [f"`{name}.json`", len(valid), share(right, valid),
             f"{sum(c['predicted'] != 'healthy' for c in healthy)} / {len(healthy)}",
             f"{sum(c['predicted'] == 'healthy' for c in faults)} / {len(faults)}",
-            at("high"), at("medium"), f"{seconds[len(seconds) // 2]:.1f}" if seconds else "—"]
+            at("high"), at("medium"), f"{statistics.median(seconds):.1f}" if seconds else "—"]
 
 
 GENERATORS: dict[str, Callable[[], str]] = {
