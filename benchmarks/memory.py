@@ -1,4 +1,4 @@
-"""Peak memory of a triage run against the size of its checkpoint (README, "Limits").
+"""Peak memory of a triage run against the size of its checkpoint (docs/limits-and-time.md, "Memory").
 
     python benchmarks/memory.py                     # 100 MB and 1 GB checkpoints, the short playbook
     python benchmarks/memory.py --mb 100 --playbook default --steps 2

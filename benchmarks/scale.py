@@ -67,7 +67,7 @@ RUNS = {"healthy": 1e-3, "lr_high": 0.1, "lr_stall": 1e-3}
 # A deeper model needs a smaller LR to train without warmup: at 1e-3 the 40M and 300M models learn nothing in
 # 80 steps (6.33 -> 6.21 and 6.44 -> 6.23 against ln 512 = 6.24, on an H200), so 1e-3 is not "healthy" there.
 # Each size's healthy LR is one of --sweep's grid whose loss after 80 steps is within 10% of the grid's best
-# (40M: 4.45 at 3e-4, best 4.15 at 1e-4; 300M: 4.70 at 3e-5, the best; see README's table).
+# (40M: 4.45 at 3e-4, best 4.15 at 1e-4; 300M: 4.70 at 3e-5, the best; see the table in docs/accuracy.md).
 HEALTHY_LR = {"tiny": 1e-3, "1M": 1e-3, "8M": 1e-3, "40M": 3e-4, "300M": 3e-5}
 SWEEP = (3e-3, 1e-3, 3e-4, 1e-4, 3e-5)
 EXPECTED = {"healthy": "healthy", "lr_high": "lr_too_high", "lr_stall": "lr_too_high"}

@@ -30,7 +30,7 @@ LITTLE_SINCE_INIT = 0.8  # the checkpoint's loss above 80% of setup()'s fresh in
 class NamedRule:
     nodes: tuple[str, ...]  # what each node named in the call must be, in call order (the placeholders)
     rule: str  # condition text, a $placeholder for each node
-    says: str  # the rule in words, for `triage playbook` errors and README
+    says: str  # the rule in words, for `triage playbook` errors and the docs (generated into docs/playbooks.md)
 
     def written_out(self, names: list[str]) -> str:
         return Template(self.rule).substitute(dict(zip(self.nodes, names)))

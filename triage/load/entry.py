@@ -59,7 +59,8 @@ def call_setup(factory: SetupFactory, spec: str) -> Setup:
     except pydantic.ValidationError as exc:
         raise SetupError(
             f"Expected '{spec}' to build a valid triage.Setup, found these fields wrong:\n"
-            f"{_field_errors(exc)}\nFix them in setup(); see README 'Your setup function'."
+            f"{_field_errors(exc)}\nFix them in setup(); the Setup reference (docs/reference/setup.md) describes "
+            "every field."
         ) from exc
     except TriageError:  # already says what to do (a derived setup, load_batches, ...)
         raise
