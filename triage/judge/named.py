@@ -24,6 +24,28 @@ SLOW_PACE = 0.1  # a tenth of the run's own pace before the checkpoint (pace_vs_
 NOTHING_LEARNED = 0.9  # at 90% of the loss of learning nothing or above: nothing learned
 CONVERGED = 0.1  # under a tenth of it: a converged run, nothing left to fix
 LITTLE_SINCE_INIT = 0.8  # the checkpoint's loss above 80% of setup()'s fresh init's: little learned since
+# setup()'s own init, measured on the snapshot (init_check). PyTorch's default inits start within ~1.5x of ln K
+# and of the loss of learning nothing, and keep activations within a few x from the first layer to the last.
+INIT_START_RATIO = 3  # setup()'s init starts above 3x ln K, or 3x the loss of learning nothing
+INIT_ACTIVATION_GROWTH = 100  # activations grow more than 100x from the first layer to the last
+# ReLU units that never fire on the snapshot (activation_health): a few dead units are normal, half is not.
+DEAD_ON_AVERAGE = 0.5  # over half the units dead, averaged over the ReLU layers
+DEAD_IN_A_LAYER = 0.9  # or over 90% in one layer
+# Validation rows that duplicate training rows (overlap_check): a few are chance, a tenth is a leak.
+DUPLICATE_SHARE = 0.1
+DECAYED_LR = 0.01  # the schedule's LR now under 1% of its peak, past the peak: decayed to ~0
+# The earliest layers' gradient norm under 1% of the latest's (gradient_flow): two orders of magnitude
+# lost on the way down, where a healthy deep net stays within one.
+VANISHING = 0.01
+# Weights that collapse (weight decay): their norm down 20% over the replay, or down to half of setup()'s
+# fresh init's at the checkpoint.
+SHRANK_OVER_REPLAY = 0.8
+SHRANK_SINCE_INIT = 0.5
+MEMORISES = 0.5  # a replay on 2 examples halves its loss: the model can learn what it is given
+
+
+_INIT_ABNORMAL = (f"$init.setup_init_ratio > {INIT_START_RATIO} or $init.setup_init_vs_nothing > {INIT_START_RATIO} "
+                  f"or $init.activation_std_growth_setup > {INIT_ACTIVATION_GROWTH}")
 
 
 @dataclass(frozen=True)
@@ -71,6 +93,49 @@ NAMED: dict[str, NamedRule] = {
         "the replay ended at 90% or more of the loss of learning nothing (a constant prediction)"),
     # The run's own progress: its checkpoint barely below setup()'s fresh init, or the replay at the loss
     # of learning nothing. A drastic change (another init) is worth trying only then.
+    # setup()'s init is abnormal: it starts far above chance or the loss of learning nothing, or its
+    # activations explode with depth. A restart from another init is worth trying then.
+    "init_abnormal": NamedRule(
+        ("init",), _INIT_ABNORMAL,
+        "setup()'s init starts above 3x ln K or 3x the loss of learning nothing, or its activations grow over "
+        "100x from the first layer to the last"),
+    # ... and is not PyTorch's default scheme: then the inputs, not the init, make the start abnormal
+    # (raw-unit features, say), and the init is no measured abnormality.
+    "bad_init": NamedRule(
+        ("init",), f"({_INIT_ABNORMAL}) and not $$init.setup_init_is_default".replace("$$", "$"),
+        "setup()'s init is abnormal (init_abnormal) and is not PyTorch's default scheme"),
+    "dead_units": NamedRule(
+        ("activations",),
+        f"$activations.mean_dead_fraction > {DEAD_ON_AVERAGE} or $activations.max_dead_fraction > {DEAD_IN_A_LAYER}",
+        "over half the ReLU units never fire on the snapshot (averaged over layers), or over 90% in one layer"),
+    "duplicates_validation": NamedRule(
+        ("overlap",), f"$overlap.duplicate_fraction > {DUPLICATE_SHARE}",
+        "over a tenth of the validation rows duplicate training rows"),
+    # Unknown counts as few: a run without validation data, or whose overlap could not be measured.
+    "few_duplicates": NamedRule(
+        ("overlap",), f"$overlap.duplicate_fraction == none or $overlap.duplicate_fraction <= {DUPLICATE_SHARE}",
+        "a tenth of the validation rows or fewer duplicate training rows, or no overlap measured"),
+    "schedule_decayed": NamedRule(
+        ("schedule",),
+        f"$schedule.has_scheduler and $schedule.past_peak and $schedule.lr_now_ratio < {DECAYED_LR}",
+        "the run has a scheduler, is past its peak, and its LR now is under 1% of the peak"),
+    "vanishing": NamedRule(
+        ("flow",), f"$flow.early_late_ratio < {VANISHING} and $flow.early_late_ratio > 0",
+        "the earliest layers' gradient norm is under 1% of the latest layers' (and not zero)"),
+    "weights_shrank": NamedRule(
+        ("replay", "init"),
+        f"$replay.weight_norm_ratio < {SHRANK_OVER_REPLAY} or $init.weight_norm_vs_init < {SHRANK_SINCE_INIT}",
+        "the weights' norm fell 20% over the replay, or is under half of setup()'s fresh init's"),
+    "memorises": NamedRule(
+        ("replay",), f"$replay.loss_ratio < {MEMORISES}",
+        "the replay (on a tiny subset) more than halved its loss: the model learns what it is given"),
+    # The loss dropped less than the stall threshold (a 10% drop), whatever its level.
+    "flat": NamedRule(
+        ("replay",), f"$replay.loss_ratio > {STALL_LOSS_RATIO}",
+        "the replay's loss dropped under 10%"),
+    "learns": NamedRule(
+        ("replay",), f"$replay.finite and $replay.loss_ratio < {STALL_LOSS_RATIO}",
+        "the replay stayed finite and its loss dropped 10% or more"),
     "barely_trained": NamedRule(
         ("init", "replay"),
         f"$init.loss_checkpoint > {LITTLE_SINCE_INIT} * $init.loss_setup_init or $replay.level_ratio > "

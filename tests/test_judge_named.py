@@ -1,0 +1,84 @@
+"""The judge's named rules (judge/named.py) decided on figures alone, at each side of their thresholds, with an
+unknown figure leaving them unknown where it could settle them (never a fault by default)."""
+
+import pytest
+
+from triage.judge import named
+from triage.walk.playbook.conditions import parse_condition
+
+
+def decide(call: str, figures: dict):
+    """The rule's answer on these figures of node `n` (and `i`): True, False, or None (unknown)."""
+    return parse_condition(call).value(lambda node, field: figures[(node, field)])
+
+
+def init(ratio=1.2, vs_nothing=1.1, growth=3.0, default=False):
+    return {("i", "setup_init_ratio"): ratio, ("i", "setup_init_vs_nothing"): vs_nothing,
+            ("i", "activation_std_growth_setup"): growth, ("i", "setup_init_is_default"): default}
+
+
+@pytest.mark.parametrize("figures, abnormal", [
+    (init(), False),
+    (init(ratio=named.INIT_START_RATIO * 1.01), True),
+    (init(vs_nothing=named.INIT_START_RATIO * 1.01), True),
+    (init(growth=named.INIT_ACTIVATION_GROWTH * 1.01), True),
+    (init(growth=named.INIT_ACTIVATION_GROWTH * 0.99), False),
+])
+def test_init_abnormal_reads_the_start_and_the_growth_with_depth(figures, abnormal):
+    assert decide("init_abnormal(i)", figures) is abnormal
+
+
+def test_bad_init_is_an_abnormal_init_that_is_not_pytorchs_default():
+    assert decide("bad_init(i)", init(ratio=5.0)) is True
+    assert decide("bad_init(i)", init(ratio=5.0, default=True)) is False  # the inputs make the start abnormal
+    assert decide("bad_init(i)", init(ratio=5.0, default=None)) is None  # not known to be custom: unknown
+
+
+@pytest.mark.parametrize("mean, worst, dead", [(0.1, 0.3, False), (0.51, 0.6, True), (0.2, 0.91, True),
+                                               (None, 0.95, True), (None, 0.5, None)])
+def test_dead_units_is_half_on_average_or_nearly_all_of_one_layer(mean, worst, dead):
+    figures = {("n", "mean_dead_fraction"): mean, ("n", "max_dead_fraction"): worst}
+    assert decide("dead_units(n)", figures) is dead
+
+
+@pytest.mark.parametrize("share, duplicates, few", [(0.0, False, True), (0.11, True, False), (0.1, False, True),
+                                                    (None, None, True)])
+def test_duplicates_over_a_tenth_of_validation_and_unknown_counts_as_few(share, duplicates, few):
+    figures = {("n", "duplicate_fraction"): share}
+    assert decide("duplicates_validation(n)", figures) is duplicates
+    assert decide("few_duplicates(n)", figures) is few
+
+
+def test_schedule_decayed_needs_a_scheduler_past_its_peak_under_a_hundredth_of_it():
+    figures = {("n", "has_scheduler"): True, ("n", "past_peak"): True, ("n", "lr_now_ratio"): 0.005}
+    assert decide("schedule_decayed(n)", figures) is True
+    assert decide("schedule_decayed(n)", {**figures, ("n", "past_peak"): False}) is False  # still warming up
+    assert decide("schedule_decayed(n)", {**figures, ("n", "lr_now_ratio"): 0.02}) is False
+
+
+@pytest.mark.parametrize("ratio, vanishing", [(0.005, True), (0.02, False), (0.0, False), (None, None)])
+def test_vanishing_is_two_orders_lost_but_not_none_at_all(ratio, vanishing):
+    assert decide("vanishing(n)", {("n", "early_late_ratio"): ratio}) is vanishing
+
+
+def test_weights_shrank_over_the_replay_or_since_the_init():
+    figures = {("n", "weight_norm_ratio"): 0.95, ("i", "weight_norm_vs_init"): 0.9}
+    assert decide("weights_shrank(n, i)", figures) is False
+    assert decide("weights_shrank(n, i)", {**figures, ("n", "weight_norm_ratio"): 0.7}) is True
+    assert decide("weights_shrank(n, i)", {**figures, ("i", "weight_norm_vs_init"): 0.4}) is True
+
+
+@pytest.mark.parametrize("ratio, flat, learns, memorises", [(0.95, True, False, False), (0.85, False, True, False),
+                                                             (0.4, False, True, True)])
+def test_flat_learns_and_memorises_read_the_loss_ratio(ratio, flat, learns, memorises):
+    figures = {("n", "loss_ratio"): ratio, ("n", "finite"): True}
+    assert decide("flat(n)", figures) is flat
+    assert decide("learns(n)", figures) is learns
+    assert decide("memorises(n)", figures) is memorises
+    assert decide("learns(n)", {**figures, ("n", "finite"): False}) is False
+
+
+def test_every_named_rule_says_what_it_means_and_parses():
+    for name, rule in named.NAMED.items():
+        assert rule.says and len(rule.says) > 20, name
+        parse_condition(f"{name}({', '.join(f'n{k}' for k in range(len(rule.nodes)))})")
