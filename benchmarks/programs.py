@@ -5,7 +5,7 @@
     python benchmarks/programs.py --only ctc_speech dcgan --keep /tmp/reports
     python benchmarks/programs.py --certify               # re-run every program's stock-PyTorch certificate
     python benchmarks/programs.py --sample ci             # what CI runs: a few runs, end to end
-    python benchmarks/programs.py --merge a.json b.json   # the figures of runs made in several goes
+    python benchmarks/programs.py --merge a.json b.json   # the figures of runs made in several goes (--all-rows)
     python benchmarks/programs.py --list                  # the programs as a Markdown table (their README's)
 
 Each program in benchmarks/programs/ (see its README) is a user's training script with a healthy run and one
@@ -18,7 +18,8 @@ torch thread, exactly as a user would run it, and its report.json gives the verd
 The split is by program, by a hash of its name, fixed before any program was triaged: a third is held back.
 A held-back program's rows are never printed, and its figures only as a whole (no per-kind line), unless
 --show-cases is given: its verdicts are not to be looked at until the end of the work they are meant to judge.
---json keeps every row (so a later look can compare), and --merge prints the figures of several such files.
+--json writes the figures and the rows that may be seen; --all-rows writes every row, the held-back ones
+included (keep it out of the repository), and --merge prints (and --json writes) the figures of such files.
 """
 
 from __future__ import annotations
@@ -246,13 +247,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="runs triaged at once (one torch thread each)")
     parser.add_argument("--speedups", action="store_true",
                         help="let each triage fork a second process (off by default: the workers use the cores)")
-    parser.add_argument("--json", type=Path, help="write every row here (held-back rows too, which are never printed)")
+    parser.add_argument("--json", type=Path, help="write the figures and the rows that may be seen here")
+    parser.add_argument("--all-rows", type=Path, help="write every row here, held-back ones too (not to be read)")
     parser.add_argument("--keep", type=Path, help="keep triage's reports here (PROGRAM/RUN/)")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "triage" / "programs")
     parser.add_argument("--show-cases", action="store_true", help="print the held-back split's rows too")
     parser.add_argument("--certify", action="store_true", help="re-run the certificates instead of triage")
     parser.add_argument("--uncertified", action="store_true", help="triage runs without a current certificate")
-    parser.add_argument("--merge", nargs="+", type=Path, metavar="JSON", help="print the figures of these --json files")
+    parser.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                        help="print the figures of these --all-rows files (a later file's row replaces an earlier)")
     parser.add_argument("--list", action="store_true", help="print the programs as a Markdown table")
     args = parser.parse_args()
     if args.merge:
@@ -298,9 +301,30 @@ def main() -> None:
                   flush=True)
     report(results, args)
     print(f"wall time {time.perf_counter() - started:.0f} s ({args.workers} worker(s))")
+    write(results, args)
+
+
+def write(results: list[Result], args) -> None:
+    """--json: each split's figures and the rows that may be seen; --all-rows: every row."""
     if args.json:
-        args.json.write_text(json.dumps({"results": [asdict(r) for r in results]}, indent=1) + "\n")
-        print(f"wrote {args.json} (every row, the held-back ones included: not to be read before their time)")
+        shown = [r for r in results if _shown(r.program, args)]
+        figures = {split: summary([r for r in results if r.split == split]) for split in SPLITS}
+        figures["every program"] = summary(results)
+        for split, part in figures.items():
+            if split != "tune" and not args.show_cases:
+                part.pop("by_kind")
+        body = {"date": time.strftime("%Y-%m-%d"), "triage_commit": _commit(), "summary": figures,
+                "results": [asdict(r) | {"right": r.right} for r in sorted(shown, key=lambda r: (r.program, r.run))]}
+        args.json.write_text(json.dumps(body, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    if args.all_rows:
+        args.all_rows.write_text(json.dumps({"results": [asdict(r) for r in results]}, indent=1) + "\n")
+        print(f"wrote {args.all_rows} (every row, the held-back ones included: not to be read before their time)")
+
+
+def _commit() -> str | None:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
+    return done.stdout.strip() or None
 
 
 def _shown(name: str, args) -> bool:
@@ -321,7 +345,7 @@ def report(results: list[Result], args) -> None:
 
 
 def merge(files: list[Path], args) -> None:
-    """Print the figures of runs triaged in several goes (each file written by --json)."""
+    """Print the figures of runs triaged in several goes (each file written by --all-rows)."""
     results = {}
     for file in files:
         for row in json.loads(file.read_text())["results"]:
@@ -330,6 +354,7 @@ def merge(files: list[Path], args) -> None:
         if _shown(r.program, args):
             print(_row(r))
     report(list(results.values()), args)
+    write(list(results.values()), args)
 
 
 if __name__ == "__main__":
