@@ -15,8 +15,8 @@ Runs
   triaged (val loss 0.69 -> ~0.2, still improving).
 - weight_decay_too_high: the user put `weight_decay=0.1` into `optim.Adam` (copied from an AdamW/BERT
   recipe; in `torch.optim.Adam` weight decay is an L2 term added to the gradient, so Adam's normalisation
-  lets it dominate: the well-known Adam vs AdamW pitfall of Loshchilov & Hutter, and PyTorch forum threads
-  "Adam weight_decay makes my model not learn"). The weights are held near zero and the classifier stays
+  lets it dominate: the Adam vs AdamW pitfall of Loshchilov & Hutter, "Decoupled Weight Decay
+  Regularization"; no user thread was found for this exact case). The weights are held near zero and the classifier stays
   at the class-prior loss. Root cause `weight_decay_too_high`: removing it is the fix that trains. Fix
   `no_weight_decay`. Competing `higher_lr` (lr 3e-3 -> 3e-2, what a user tries for a run that learns
   nothing): under a coupled L2 term Adam's equilibrium does not depend on the LR, so it still sits there.

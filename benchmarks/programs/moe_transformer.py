@@ -19,7 +19,7 @@ Runs
 - lr_too_high: the user passed `--lr 0.3`, an SGD-sized LR, to this AdamW loop (the makeMoE-style scripts take
   the LR from the command line). Routers swing, expert loads flip, the loss climbs back to the unigram level
   and sits there; MoE training instability at high LR is the well-known failure of sparse models (Switch
-  Transformer paper, section 2.4, "Improved training stability"; Mixtral/HF issues about router collapse).
+  Transformer paper, section 2.4, "Improved training stability"; no user issue was looked up).
   Root cause `lr_too_high`: the lower LR removes it. Fix `lower_lr` (2e-3). Competing `more_aux`: the aux
   coefficient raised 1e-2 -> 1e-1 (what users reach for when they see the expert loads flip), which leaves it.
   Checkpoint: the last periodic one (step 100) once the loss has sat at that level for 80 steps.

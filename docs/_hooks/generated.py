@@ -9,6 +9,8 @@ table in its place. An unknown NAME, or a source that cannot be read, fails the 
     experiments        the experiment registry: each experiment's name, summary and parameters
     named-rules        triage/judge/named.py: the symptom rules a playbook calls by name
     suite-results      docs/data/suite/*.json, as `python benchmarks/suite.py --json FILE` writes them
+    programs-results   docs/data/programs/*.json, as `python benchmarks/programs.py --json FILE` writes them
+    programs-kinds     the newest of those files' tune split, per kind of program
 """
 
 from __future__ import annotations
@@ -142,10 +144,49 @@ def _suite_row(name: str, cases: list[dict]) -> list[object]:
             at("high"), at("medium"), f"{statistics.median(seconds):.1f}" if seconds else "—"]
 
 
+def _programs_files() -> list[tuple[str, dict]]:
+    folder = DOCS / "data" / "programs"
+    found = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            found.append((path.stem, json.loads(path.read_text())))
+        except ValueError as exc:
+            raise PluginError(f"{path}: not the JSON benchmarks/programs.py --json writes ({exc})") from None
+    if not found:
+        raise PluginError(f"{folder}: no results of benchmarks/programs.py --json to table")
+    return found
+
+
+def _share(part: dict) -> str:
+    return f"{part['right']}/{part['of']} = {100 * part['right'] / part['of']:.1f}%" if part["of"] else "—"
+
+
+def programs_results() -> str:
+    rows = []
+    for name, body in _programs_files():
+        for split in ("tune", "heldout", "every program"):
+            f = body["summary"][split]
+            rows.append([f"`{name}.json`", split, f"{f['runs']} ({f['programs']})", _share(f["top1"]),
+                         _share(f["high"]), _share(f["medium"]), _share(f["low"]),
+                         f"{f['healthy_called_faulty']} / {f['healthy_runs']} ({f['healthy_called_faulty_high']} high)",
+                         f"{f['faulty_called_healthy']} / {f['faulty_runs']}"])
+    return _table(["results file", "split", "runs (programs)", "top-1", "high: right", "medium: right",
+                   "low: right", "healthy called faulty", "faulty called healthy"], rows)
+
+
+def programs_kinds() -> str:
+    name, body = _programs_files()[-1]
+    kinds = body["summary"]["tune"]["by_kind"]
+    return (f"From `{name}.json`, the tune split (the held-back third is not broken down):\n\n"
+            + _table(["kind of program", "right"], [[kind, _share(part)] for kind, part in kinds.items()]))
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "root-causes": root_causes,
     "playbook-nodes": playbook_nodes,
     "experiments": experiments,
     "named-rules": named_rules,
     "suite-results": suite_results,
+    "programs-results": programs_results,
+    "programs-kinds": programs_kinds,
 }
