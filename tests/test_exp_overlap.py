@@ -35,3 +35,129 @@ def test_disjoint_train_and_val_have_no_duplicates():
 def test_without_val_batches_there_is_nothing_to_check():
     out = run(OVERLAP_CHECK, session_of(lambda: classifier_setup()))
     assert not out.has_val and out.val_examples == 0
+
+
+# --- whole examples: every tensor of a row, a graph's nodes as its masks select them -----------------------
+
+class _Tabular(torch.nn.Module):
+    """Three categorical columns through embeddings beside six continuous ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(4, 3)
+        self.head = torch.nn.Linear(3 * 3 + 6, 2)
+
+    def forward(self, cat, cont):
+        return self.head(torch.cat([self.emb(cat).flatten(1), cont], 1))
+
+
+def _tabular_batches(n: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randint(0, 4, (32, 3), generator=g), torch.randn(32, 6, generator=g),
+             torch.randint(0, 2, (32,), generator=g)) for _ in range(n)]
+
+
+def _tabular_outcome(train, val):
+    def setup():
+        return classifier_setup(batches=train, val_batches=val, model=_Tabular(),
+                                loss_fn=lambda m, b: torch.nn.functional.cross_entropy(m(b[0], b[1]), b[2]))
+    return _outcome_of(setup)
+
+
+def _outcome_of(setup):
+    return run(OVERLAP_CHECK, session_of(setup))
+
+
+def test_categorical_columns_that_repeat_across_splits_are_no_duplicate_rows():
+    """The tabular run of issue 33: its first tensor (3 categorical ids of 4 values) repeats across the
+    splits, its rows never do (the continuous columns differ). Read whole, nothing is duplicated."""
+    out = _tabular_outcome(_tabular_batches(8, seed=0), _tabular_batches(2, seed=1))
+    assert out.duplicates == 0 and out.duplicate_fraction == 0.0 and out.val_examples == 64
+
+
+def test_a_tabular_row_copied_whole_into_validation_is_a_duplicate():
+    train = _tabular_batches(8, seed=0)
+    val = _tabular_batches(2, seed=1)
+    val[1] = tuple(torch.cat([t[:16], s[:16]]) for t, s in zip(train[3], val[1]))  # 16 training rows, whole
+    out = _tabular_outcome(train, val)
+    assert out.duplicates == 16 and out.first_duplicates[:2] == [32, 33]
+
+
+class _Gcn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(5, 3)
+
+    def forward(self, x, edge_index):
+        agg = torch.zeros_like(x).index_add_(0, edge_index[1], x[edge_index[0]])
+        return self.lin(x + agg)
+
+
+def _graph(train_nodes, val_nodes, n: int = 40):
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(n, 5, generator=g), torch.randint(0, 3, (n,), generator=g)
+    edge_index = torch.randint(0, n, (2, 120), generator=g)
+
+    def batch(nodes):
+        mask = torch.zeros(n, dtype=torch.bool)
+        mask[list(nodes)] = True
+        return {"x": x, "edge_index": edge_index, "y": y, "mask": mask}
+
+    def loss(model, b):
+        return torch.nn.functional.cross_entropy(model(b["x"], b["edge_index"])[b["mask"]], b["y"][b["mask"]])
+    return lambda: classifier_setup(batches=[batch(train_nodes)], val_batches=[batch(val_nodes)], model=_Gcn(),
+                                    loss_fn=loss)
+
+
+def test_a_full_batch_graph_compares_the_nodes_its_masks_select_not_the_shared_features():
+    """One graph, the same x in the train and the validation batch; only the masks differ. Disjoint masks
+    are no overlap; a validation node also in the training mask is one."""
+    disjoint = _outcome_of(_graph(range(0, 30), range(30, 40)))
+    assert disjoint.duplicates == 0 and disjoint.val_examples == 10 and disjoint.train_examples == 30
+    leaky = _outcome_of(_graph(range(0, 35), range(30, 40)))  # train_mask = ~test_mask: val nodes 30-34 inside
+    assert leaky.duplicates == 5 and leaky.duplicate_fraction == 0.5
+
+
+def test_neighbour_sampled_batches_count_their_seed_nodes_only():
+    """PyG's NeighborLoader: the first batch_size rows are the batch's examples, the rest their sampled
+    neighbours, which may well be validation nodes."""
+    g = torch.Generator().manual_seed(0)
+    feats, labels = torch.randn(100, 5, generator=g), torch.randint(0, 3, (100,), generator=g)
+
+    def batch(seeds, neighbours):
+        n_id = torch.tensor(list(seeds) + list(neighbours))
+        return {"x": feats[n_id], "edge_index": torch.zeros(2, 0, dtype=torch.long), "y": labels[n_id],
+                "batch_size": len(seeds), "n_id": n_id}
+
+    train = [batch(range(0, 10), range(80, 90)), batch(range(10, 20), range(85, 95))]  # val nodes as neighbours
+    val = [batch(range(80, 90), range(0, 5))]
+
+    def setup():
+        return classifier_setup(batches=train, val_batches=val, model=torch.nn.Linear(5, 3),
+                                loss_fn=lambda m, b: torch.nn.functional.cross_entropy(
+                                    m(b["x"])[:b["batch_size"]], b["y"][:b["batch_size"]]))
+    out = _outcome_of(setup)
+    assert out.duplicates == 0 and out.val_examples == 10 and out.train_examples == 20
+
+
+def test_a_batch_of_graphs_with_one_label_per_graph_is_not_measured_and_says_why():
+    """Node rows are parts of molecules; a row repeating (the same atom type) says nothing of the examples,
+    so the overlap is unknown (no branch taken), never 100%."""
+    def graphs(seed):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.eye(4)[torch.randint(0, 4, (30,), generator=g)]  # one-hot atom types: rows repeat
+        return {"x": x, "edge_index": torch.randint(0, 30, (2, 60), generator=g),
+                "batch": torch.arange(30) // 10, "y": torch.randint(0, 2, (3,), generator=g)}
+
+    class Pool(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 2)
+
+        def forward(self, b):
+            return self.lin(torch.zeros(3, 4).index_add_(0, b["batch"], b["x"]))
+
+    out = _outcome_of(lambda: classifier_setup(batches=[graphs(0)], val_batches=[graphs(1)], model=Pool(),
+                                               loss_fn=lambda m, b: torch.nn.functional.cross_entropy(m(b), b["y"])))
+    assert out.has_val and out.duplicate_fraction is None
+    assert "not one per input row" in out.not_measured

@@ -44,21 +44,71 @@ def order_digest(batches: Iterable[Any], limit: int) -> list[bytes]:
     return out
 
 
-def example_digests(batches: list[Any], limit: Optional[int] = None) -> Iterator[bytes]:
-    """One digest per example (a row of the batch's input tensor, floats rounded to ROUNDING), at most
-    `limit` (None: all)."""
-    from triage.experiments.probes import input_tensor
+def example_rows(batch: Any) -> tuple[list[tuple[str, torch.Tensor]], Optional[str]]:
+    """A batch's examples as the model reads them: every tensor that holds one row per example, cut to the
+    batch's own examples; or, where its examples are not rows, no tensors and the reason.
 
+    The examples' dimension is the inputs' first. A tensor with another first dimension is context every
+    example shares (a graph's edge_index). The examples are every row, except that a 1-D bool tensor named
+    a mask, or beside such context (a full-batch graph's `train_mask`), selects them, and a dict's int
+    `batch_size` smaller than the rows says the first rows are the examples and the rest their neighbours
+    (PyG's NeighborLoader). Labels with another first dimension than the inputs (one per graph of a batch
+    of graphs) mean the rows are parts of examples, which no row can stand for.
+    """
+    from triage.experiments.probes import class_targets, input_tensor
+
+    x = input_tensor(batch)
+    if x is None or x.dim() == 0:
+        return [], "the batch has no input tensor with a row per example"
+    n = x.shape[0]
+    labels = class_targets(batch)
+    if labels is not None and labels.dim() >= 1 and labels.shape[0] != n:
+        return [], (f"its labels ({labels.shape[0]}) are not one per input row ({n}): each example spans "
+                    "several rows (a batch of graphs, say)")
+    named = [(key, t) for key, t in named_tensors(batch) if t.dim() >= 1]
+    rows = [(key, t) for key, t in named if t.shape[0] == n]
+    context = len(rows) < len(named)
+    masks = [(key, t) for key, t in rows
+             if t.dtype == torch.bool and t.dim() == 1 and ("mask" in key.lower() or context)]
+    if masks:
+        chosen = masks[0][1].nonzero().flatten()
+        return [(key, t[chosen]) for key, t in rows if key != masks[0][0]], None
+    size = batch.get("batch_size") if isinstance(batch, dict) else None
+    if isinstance(size, int) and not isinstance(size, bool) and 0 < size < n:
+        return [(key, t[:size]) for key, t in rows], None
+    return rows, None
+
+
+def examples_unreadable(batches: list[Any]) -> Optional[str]:
+    """Why these batches' examples cannot be told apart row by row (the first batch that says so), or None."""
+    for batch in batches:
+        rows, reason = example_rows(batch)
+        if reason is not None:
+            return reason
+    return None
+
+
+def example_digests(batches: list[Any], limit: Optional[int] = None) -> Iterator[bytes]:
+    """One digest per example: its row of every tensor that holds one (`example_rows`), with the tensors'
+    keys, floats rounded to ROUNDING; at most `limit` (None: all). A batch whose examples are not rows
+    gives none."""
     count = 0
     for batch in batches:
-        x = input_tensor(batch)
-        if x is None or x.dim() == 0:
+        rows, _ = example_rows(batch)
+        if not rows:
             continue
-        rows = x.detach().reshape(x.shape[0], -1).cpu()
-        if rows.is_floating_point():
-            rows = torch.round(rows.double() / ROUNDING) + 0.0  # + 0.0: -0.0 becomes 0.0, and hashes alike
-        for row in rows.numpy():
+        flat = []
+        for key, tensor in rows:
+            data = tensor.detach().reshape(tensor.shape[0], -1).cpu()
+            if data.is_floating_point():
+                data = torch.round(data.double() / ROUNDING) + 0.0  # + 0.0: -0.0 becomes 0.0, and hashes alike
+            flat.append((key.encode(), data.numpy()))
+        for i in range(flat[0][1].shape[0]):
             if limit is not None and count == limit:
                 return
             count += 1
-            yield hashlib.blake2b(row.tobytes(), digest_size=16).digest()
+            h = hashlib.blake2b(digest_size=16)
+            for key, data in flat:
+                h.update(key)
+                h.update(data[i].tobytes())
+            yield h.digest()

@@ -1,11 +1,14 @@
-"""Train/val overlap: validation examples whose inputs also appear, exactly, among the training batches."""
+"""Train/val overlap: validation examples that also appear, exactly, among the training batches, each read whole
+(every tensor the model reads of it, a graph's nodes as its masks select them: fingerprint.example_rows)."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.experiments.fingerprint import example_digests
+from triage.experiments.fingerprint import example_digests, examples_unreadable
 
 
 class OverlapParams(Params):
@@ -16,15 +19,21 @@ class OverlapOutcome(Outcome):
     has_val: bool
     train_examples: int = 0
     val_examples: int = 0
-    duplicates: int = Field(default=0, description="Val examples whose input is also a train example.")
-    duplicate_fraction: float = Field(default=0.0, description="duplicates / val_examples.")
+    duplicates: int = Field(default=0, description="Val examples that are also a train example, every tensor "
+                                                   "of them alike.")
+    duplicate_fraction: Optional[float] = Field(default=0.0, description="duplicates / val_examples; unknown "
+                                                                          "where examples are not rows.")
     first_duplicates: list[int] = Field(default_factory=list, description="Up to 20 val example indices.")
+    not_measured: Optional[str] = Field(default=None, description="Why the examples could not be compared.")
 
 
 def measure(ctx: Context, p: OverlapParams) -> OverlapOutcome:
     session = ctx.session
     if not session.val_batches:
         return OverlapOutcome(has_val=False)
+    unreadable = examples_unreadable(session.batches) or examples_unreadable(session.val_batches)
+    if unreadable is not None:
+        return OverlapOutcome(has_val=True, duplicate_fraction=None, not_measured=unreadable)
     train_hashes = list(example_digests(session.batches))
     train = set(train_hashes)
     val_examples, duplicates, first = 0, 0, []
