@@ -82,3 +82,14 @@ def test_every_named_rule_says_what_it_means_and_parses():
     for name, rule in named.NAMED.items():
         assert rule.says and len(rule.says) > 20, name
         parse_condition(f"{name}({', '.join(f'n{k}' for k in range(len(rule.nodes)))})")
+
+
+@pytest.mark.parametrize("ratio, start, end, rises", [
+    (1.3, 0.52, 0.60, True),    # ended 30% above its best and above its start
+    (1.3, 0.52, 0.50, False),   # dipped to its best and came back, still below its start: noise, not a rise
+    (1.05, 0.40, 0.42, False),  # within noise of its best
+    (None, None, None, None),   # no validation measured: unknown, never overfitting by default
+])
+def test_val_rises_needs_a_rise_above_the_best_and_above_the_start(ratio, start, end, rises):
+    figures = {("n", "val_ratio"): ratio, ("n", "val_start"): start, ("n", "val_end"): end}
+    assert decide("val_rises(n)", figures) is rises

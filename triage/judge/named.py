@@ -42,6 +42,9 @@ VANISHING = 0.01
 SHRANK_OVER_REPLAY = 0.8
 SHRANK_SINCE_INIT = 0.5
 MEMORISES = 0.5  # a replay on 2 examples halves its loss: the model can learn what it is given
+# Validation during a replay: ends 10% above its best (a logged val loss's noise stays within a few percent)
+# and above where the replay started it. A val loss that wobbles and ends below its start has not risen.
+VAL_ABOVE_BEST = 1.1
 
 
 _INIT_ABNORMAL = (f"$init.setup_init_ratio > {INIT_START_RATIO} or $init.setup_init_vs_nothing > {INIT_START_RATIO} "
@@ -129,6 +132,9 @@ NAMED: dict[str, NamedRule] = {
     "memorises": NamedRule(
         ("replay",), f"$replay.loss_ratio < {MEMORISES}",
         "the replay (on a tiny subset) more than halved its loss: the model learns what it is given"),
+    "val_rises": NamedRule(
+        ("replay",), f"$replay.val_ratio > {VAL_ABOVE_BEST} and $replay.val_end > $replay.val_start",
+        "the replay's validation loss ended 10% above its best and above where it started"),
     # The loss dropped less than the stall threshold (a 10% drop), whatever its level.
     "flat": NamedRule(
         ("replay",), f"$replay.loss_ratio > {STALL_LOSS_RATIO}",
