@@ -10,7 +10,7 @@ table in its place. An unknown NAME, or a source that cannot be read, fails the 
     named-rules        triage/judge/named.py: the symptom rules a playbook calls by name
     suite-results      docs/data/suite/*.json, as `python benchmarks/suite.py --json FILE` writes them
     programs-results   docs/data/programs/*.json, as `python benchmarks/programs.py --json FILE` writes them
-    programs-kinds     the newest of those files' tune split, per kind of program
+    programs-kinds     those files' tune split, per kind of program
 """
 
 from __future__ import annotations
@@ -164,7 +164,8 @@ def _share(part: dict) -> str:
 def programs_results() -> str:
     rows = []
     for name, body in _programs_files():
-        for split in ("tune", "heldout", "every program"):
+        splits = ("tune", "heldout", "every program") if body["summary"]["heldout"]["runs"] else ("tune",)
+        for split in splits:  # a file of the tune split alone (a tuned figure) has no held-back part
             f = body["summary"][split]
             rows.append([f"`{name}.json`", split, f"{f['runs']} ({f['programs']})", _share(f["top1"]),
                          _share(f["high"]), _share(f["medium"]), _share(f["low"]),
@@ -175,10 +176,12 @@ def programs_results() -> str:
 
 
 def programs_kinds() -> str:
-    name, body = _programs_files()[-1]
-    kinds = body["summary"]["tune"]["by_kind"]
-    return (f"From `{name}.json`, the tune split (the held-back third is not broken down):\n\n"
-            + _table(["kind of program", "right"], [[kind, _share(part)] for kind, part in kinds.items()]))
+    files = _programs_files()
+    kinds = sorted({kind for _, body in files for kind in body["summary"]["tune"]["by_kind"]})
+    rows = [[kind] + [_share(body["summary"]["tune"]["by_kind"].get(kind, {"right": 0, "of": 0}))
+                      for _, body in files] for kind in kinds]
+    return ("The tune split per kind of program (the held-back third is not broken down):\n\n"
+            + _table(["kind of program"] + [f"`{name}.json`" for name, _ in files], rows))
 
 
 GENERATORS: dict[str, Callable[[], str]] = {

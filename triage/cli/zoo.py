@@ -66,7 +66,8 @@ def load_example(name: str, folder: Optional[Path] = None) -> ModuleType:
         spec.loader.exec_module(module)
     except ModuleNotFoundError as exc:
         raise EntryError(f"Expected the zoo's dependencies to be installed, found '{exc.name}' missing. "
-                         "Run `pip install \"torch-triage[examples]\"` (the zoo uses scikit-learn's bundled digits).") from exc
+                         "Run `pip install \"torch-triage[examples]\"` (from a checkout: `pip install -e "
+                         "\".[examples]\"`; the zoo uses scikit-learn's bundled digits).") from exc
     return module
 
 

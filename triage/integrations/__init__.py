@@ -31,4 +31,5 @@ def require(module: str, extra: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError:
         raise MissingExtraError(f"Expected the '{module}' package for this integration, found it is not installed. "
-                                f'Run `pip install "torch-triage[{extra}]"`.') from None
+                                f'Run `pip install "torch-triage[{extra}]"` (from a checkout: '
+                                f'`pip install -e ".[{extra}]"`).') from None
