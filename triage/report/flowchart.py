@@ -29,6 +29,10 @@ FIGURE_LINE = 13
 LABEL_LINE = 12
 LABEL_CHARS = 34
 MARGIN = 12
+# The whole chart fits the page's width, but never shrinks below this scale (it scrolls instead): a wide
+# playbook squeezed to a page drew its 11-unit text at under 2 px, unreadable, and the browser's rounding
+# of glyphs that small pushed labels out of their boxes.
+LEAST_SCALE = 0.6
 
 
 @dataclass
@@ -79,6 +83,11 @@ class Layout:
     @property
     def nodes(self) -> list[Box]:
         return [b for b in self.boxes if b.kind != "dummy"]
+
+    @property
+    def least_width(self) -> float:
+        """The narrowest the whole chart is drawn, in page pixels (LEAST_SCALE of its own width)."""
+        return LEAST_SCALE * self.width
 
     @property
     def focus(self) -> tuple[float, float, float]:
