@@ -105,7 +105,7 @@ NAMED: dict[str, NamedRule] = {
     # ... and is not PyTorch's default scheme: then the inputs, not the init, make the start abnormal
     # (raw-unit features, say), and the init is no measured abnormality.
     "bad_init": NamedRule(
-        ("init",), f"({_INIT_ABNORMAL}) and not $$init.setup_init_is_default".replace("$$", "$"),
+        ("init",), f"({_INIT_ABNORMAL}) and not $init.setup_init_is_default",
         "setup()'s init is abnormal (init_abnormal) and is not PyTorch's default scheme"),
     "dead_units": NamedRule(
         ("activations",),
