@@ -113,7 +113,15 @@ def triage_one(name: str, run: str, cache: Path, keep: Path | None, speedups: bo
     except Exception as exc:  # a program that cannot train is the program's failure, said as such
         result.error = f"training raised {type(exc).__name__}: {exc}"
         return result
-    out = (keep / name / run) if keep else Path(tempfile.mkdtemp(prefix="triage-programs-"))
+    if keep:
+        return _triaged(result, checkpoint, history, keep / name / run, speedups)
+    with tempfile.TemporaryDirectory(prefix="triage-programs-") as out:
+        return _triaged(result, checkpoint, history, Path(out), speedups)
+
+
+def _triaged(result: Result, checkpoint: Path, history: Path | None, out: Path, speedups: bool) -> Result:
+    """`result` with the verdict of `triage run` on this checkpoint, its report written to `out`."""
+    name, run = result.program, result.run
     command = [sys.executable, "-m", "triage", "run", "--checkpoint", str(checkpoint),
                "--entry", f"{PROGRAMS / name}.py:setup_{run}", "--out", str(out), "--output", "quiet"]
     if history:
