@@ -30,6 +30,7 @@ from triage.cli.watch.state import MAX_ATTEMPTS, StateFile
 
 log = logging.getLogger("triage.cli.watch")
 
+
 @dataclass(frozen=True)
 class WatchOptions:
     root: Path
