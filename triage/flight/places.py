@@ -48,7 +48,8 @@ def capture_of_report(folder: Path) -> Optional[Path]:
         candidates.append(folder.parent / folder.name[: -len(OLD_REPORT_SUFFIX)])
     if folder.parent.name.endswith(REPORTS_SUFFIX):
         candidates.append(folder.parent.parent / folder.parent.name[: -len(REPORTS_SUFFIX)] / folder.name)
-    return next((c for c in candidates if (c / "manifest.json").is_file()), None)  # manifest.MANIFEST (it imports us)
+    # manifest.json is manifest.MANIFEST, spelt out: manifest imports this module
+    return next((c for c in candidates if (c / "manifest.json").is_file()), None)
 
 
 def _checkpoint_in_report(path: Path) -> Optional[Path]:
