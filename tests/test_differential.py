@@ -18,11 +18,13 @@ class FakeParams(Params):
     works: bool = False
     end: float = 1.0
     fails: str = ""  # "raise": the experiment raises; "not_applicable": it cannot run in this setup
+    lr_factor: float = 1.0
 
 
 class FakeOutcome(Outcome):
     fix_works: bool
     loss_end: float = Field(description="what the fake 'replay' ended at")
+    lr_factor: float = 1.0
 
 
 def fake(ctx, p):
@@ -30,7 +32,7 @@ def fake(ctx, p):
         raise RuntimeError("the scheduler has no lambda for the new param group")
     if p.fails == "not_applicable":
         raise NotApplicable("the run's loop has no optimizer to add the parameters to")
-    return FakeOutcome(fix_works=p.works, loss_end=p.end)
+    return FakeOutcome(fix_works=p.works, loss_end=p.end, lr_factor=p.lr_factor)
 
 
 def registry():
@@ -139,6 +141,18 @@ def test_a_drastic_change_that_wins_with_nothing_measured_claims_no_more_than_it
     assert decision.confidence == "medium" and result.confidence == "medium"
     result, decision = diagnose(tmp_path, candidates % "setup.batch_count > 0")  # measured: tier 1, no cap
     assert decision.confidence == "high" and result.confidence == "high"
+
+
+@pytest.mark.parametrize("factor, confidence", [(1000, "high"), (1e-3, "high"), (1e4, "medium"), (1e-5, "medium")])
+def test_a_fix_over_three_orders_of_magnitude_from_the_runs_lr_claims_medium_at_most(tmp_path, factor, confidence):
+    """An LBFGS closure without zero_grad() "trained" at lr x1e-5 in the real-programs benchmark's first blind
+    run (pinn_lbfgs): the step was scaled by the loop, not by a mistyped LR. A x1000 slip is a common one."""
+    result, decision = diagnose(tmp_path, f"""
+        lower: {{run: fake_fix, with: {{works: true, end: 0.2, lr_factor: {factor}}}, then: high_lr, tier: 2}}
+    """)
+    assert result.leaf.diagnosis == "lr_too_high" and result.confidence == confidence
+    winner = next(c for c in decision.candidates if c.winner)
+    assert (winner.cap_reason is not None) == (confidence == "medium")
 
 
 def test_a_candidate_of_a_higher_tier_than_a_working_fix_is_not_run(tmp_path):

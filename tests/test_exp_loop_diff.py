@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import triage
+from tests._gan_tiny import gan_losses, gan_setup, gan_step
 from tests._instrument_runs import classifier_setup, cross_entropy, run, session_of
 from triage.experiments.loop_diff import LOOP_DIFF
 
@@ -203,3 +204,53 @@ def test_the_accumulation_fix_quotes_the_growth_measured(tmp_path):
     report, _ = triage.run(lambda: classifier_setup(lr=0.1, train_step=no_zero_grad), None, out=tmp_path)
     growth = report.experiment("loop").outcome["grad_growth"]
     assert f"each step applied {growth:.4g}x a fresh gradient" in report.fix
+
+
+def gan_step_d_never_reset(model, optimizers, batch):
+    """The DCGAN loop with netD.zero_grad() dropped: D's step sums every earlier D gradient, G's pass included."""
+    model.train()
+    (real,) = batch
+    d_loss, _ = gan_losses(model, real)
+    d_loss.backward()
+    optimizers["D"].step()
+    _, g_loss = gan_losses(model, real)
+    model["G"].zero_grad()
+    g_loss.backward()
+    optimizers["G"].step()
+    return d_loss.detach() + g_loss.detach()
+
+
+def gan_step_module_zero_grad(model, optimizers, batch):
+    """The same loop resetting each network through its module (netD.zero_grad()), as the DCGAN example does."""
+    model.train()
+    (real,) = batch
+    model["D"].zero_grad()
+    d_loss, _ = gan_losses(model, real)
+    d_loss.backward()
+    optimizers["D"].step()
+    _, g_loss = gan_losses(model, real)
+    model["G"].zero_grad()
+    g_loss.backward()
+    optimizers["G"].step()
+    return d_loss.detach() + g_loss.detach()
+
+
+@pytest.mark.parametrize("step, share", [(gan_step, 0.0), (gan_step_module_zero_grad, 0.0),
+                                         (gan_step_d_never_reset, 1.0)])
+def test_an_optimizer_of_a_set_stepping_on_gradients_never_reset_is_caught(step, share):
+    # Two optimizers on their own losses: no fresh gradient of loss_fn is a counterpart (grad_growth
+    # stays unmeasured), but whether a step's gradient still holds the previous step's is exact.
+    out = run(LOOP_DIFF, session_of(lambda: gan_setup(lr=2e-4).model_copy(update={"train_step": step})))
+    assert out.grad_growth is None
+    assert out.stale_gradient_share == share
+    if share:
+        assert out.stale_optimizer == "D"
+
+
+def test_a_gan_loop_that_never_resets_d_is_called_a_loop_bug_naming_d(tmp_path):
+    report, _ = triage.run(lambda: gan_setup(lr=2e-4).model_copy(update={"train_step": gan_step_d_never_reset}),
+                           None, out=tmp_path)
+    assert report.root_cause == "loop_bug" and report.path[-1] == "loop_bug_stale"
+    loop = report.experiment("loop").outcome
+    assert "Reset the gradients of 'D'" in report.fix
+    assert f"On {loop['stale_compared']} of its {loop['stale_compared']} steps compared" in report.fix

@@ -17,13 +17,13 @@ CLASSIFIER = LossLevels(kind="classification", num_classes=3, chance=math.log(3)
 
 
 class _Run:
-    def __init__(self, finite, loss_end):
-        self.finite, self.loss_end = finite, loss_end
+    def __init__(self, finite, loss_end, val_final=None):
+        self.finite, self.loss_end, self.val_final = finite, loss_end, val_final
 
 
-def verify(end, reference, finite=True, start=2.0, levels=CLASSIFIER):
+def verify(end, reference, finite=True, start=2.0, levels=CLASSIFIER, val=None):
     return verification(finite=finite, loss_start=start, loss_end=end, reference=reference, against="base",
-                        levels=levels)
+                        levels=levels, val_end=val)
 
 
 def test_a_fix_that_stays_finite_at_an_absurd_level_does_not_work():
@@ -41,6 +41,27 @@ def test_a_fix_clearly_better_and_below_the_learned_nothing_level_works():
 def test_ending_at_the_learned_nothing_level_is_not_sane():
     # 0.95 is below the constant prediction's 1.0, but not clearly: a run that learned nothing sits there
     assert not verify(0.95, _Run(False, None))["fix_works"]
+
+
+def test_a_fix_that_memorises_the_snapshot_is_none_where_validation_says_so():
+    # A recommender at lr x10 (the real-programs benchmark's ncf_neumf, healthy): its training loss 0.10
+    # against the run's 0.42 over 120 steps of a looped snapshot, its validation loss 0.57 against 0.42.
+    out = verify(0.10, _Run(True, 0.42, val_final=0.42), val=0.57)
+    assert out["better"] and out["sane"] and out["generalises"] is False and not out["fix_works"]
+    assert out["fix_val"] == 0.57 and out["reference_val"] == 0.42
+
+
+def test_a_fix_lower_on_validation_too_works_and_one_within_noise_of_it_does_not():
+    assert verify(0.3, _Run(True, 1.0, val_final=1.0), val=0.6)["generalises"] is True
+    # 1% of the loss of learning nothing (1.0 here) is the least a validation gain must be
+    assert verify(0.3, _Run(True, 1.0, val_final=1.0), val=0.995)["generalises"] is False
+
+
+def test_without_validation_data_a_fix_is_judged_on_its_training_loss_alone():
+    out = verify(0.3, _Run(True, 1.0))
+    assert out["generalises"] is None and out["fix_works"]
+    # the run blew up: no validation figure of it to compare with, the fix stands on its own
+    assert verify(0.3, _Run(False, None), val=0.5)["fix_works"]
 
 
 def test_a_fix_only_a_little_better_than_the_run_is_not_clearly_better():

@@ -52,6 +52,8 @@ class CandidateResult(BaseModel):
                                                        "candidate of this tier could not win against it.")
     cap: Optional[Confidence] = Field(default=None, description="The most its win may claim (the candidate's "
                                                                "`confidence:`, where nothing was `measured`).")
+    cap_reason: Optional[str] = Field(default=None, description="Why its win may claim less than high, where a "
+                                                                "figure it measured says so (judge/differential.py).")
     unneeded: bool = Field(default=False, description="Not run: a control (no `then`) that no candidate tried "
                                                       "is compared with.")
     works: Optional[bool] = Field(default=None, description="The differential's `works` field, as measured.")

@@ -50,6 +50,15 @@ class LoopDiffOutcome(Outcome):
                                   "the gradients were last reset (zero_grad or a step)|, read against the "
                                   "loop's first step where that divides its micro-batches (accumulation); "
                                   "the gradient left after the call when nothing stepped.")
+    stale_gradient_share: Optional[float] = Field(
+        default=None, description="Several optimizers (a GAN's G and D): of the steps of the optimizer that kept "
+                                  "them most, the share whose gradient was its previous step's gradient plus "
+                                  "every gradient computed since, to 0.1%: nothing reset it in between "
+                                  "(None: one optimizer, or too few steps to compare).")
+    stale_optimizer: Optional[str] = Field(
+        default=None, description="That optimizer's name (Setup.optimizers).")
+    stale_steps: Optional[int] = Field(default=None, description="Its steps given a kept gradient.")
+    stale_compared: Optional[int] = Field(default=None, description="Its steps compared with the one before.")
     step_grads_zero: bool = Field(
         default=False, description="The optimizer stepped, but every time on all-zero (or no) gradients.")
     left_in_eval: bool = Field(default=False, description="Some forward of the user's step ran in eval mode.")
@@ -91,9 +100,10 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
     session.restore()
     params = trainable(setup.model)
     watch = _UserStepWatch(setup.model, setup.optimizer, params)
+    stale = _StaleGradients(getattr(setup.optimizer, "optimizers", {}))
     own = OwnStep(setup, Candidate(), params, session.device)  # the run's step as it is, measured
     user_losses, ratios, returned_has_grad = [], [], None
-    with watch.installed(), own.installed():
+    with watch.installed(), own.installed(), stale.installed():
         for step in range(p.steps):
             if ctx.out_of_time():
                 break
@@ -101,7 +111,7 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
             watch.pending = _fresh_grads(setup, batch, params, session.device)
             scale = _scale(setup.scaler)
             moved = weights_fingerprint(params)
-            with watch.counting():
+            with watch.counting(), stale.counting():
                 figures = own(batch)
             watch.manual_updates += not watch.stepped_this_call and weights_fingerprint(params) != moved
             watch.scaler_skips += scale is not None and _scale(setup.scaler) < scale
@@ -118,6 +128,7 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
     extra = [n for n in user_unchanged if n not in reference_unchanged]
     grad_growth = _growth(ratios, p.steps)
     updated = watch.optimizer_steps + watch.scaler_skips + watch.manual_updates
+    stale_name = stale.most_kept()
     return LoopDiffOutcome(
         has_train_step=True, train_step_source=defined_at(setup.train_step), steps_run=len(user_losses),
         params_never_changed=user_unchanged,
@@ -125,7 +136,9 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
         reference_never_changed=reference_unchanged,
         extra_unchanged_fraction=sum(sizes[n] for n in extra) / total,
         grads_accumulate=grad_growth is not None and grad_growth > p.growth_threshold,
-        grad_growth=grad_growth,
+        grad_growth=grad_growth, stale_optimizer=stale_name,
+        stale_gradient_share=stale.kept[stale_name] / stale.compared[stale_name] if stale_name else None,
+        stale_steps=stale.kept.get(stale_name), stale_compared=stale.compared.get(stale_name),
         left_in_eval=watch.eval_forwards > 0,
         eval_forward_fraction=watch.eval_forwards / watch.forwards if watch.forwards else 0.0,
         eval_after_step=watch.eval_after_step,
@@ -294,6 +307,75 @@ class _UserStepWatch:
     def _on_grad(self, grad: torch.Tensor) -> None:
         if self._active:
             self.grad_events += 1
+
+
+class _StaleGradients:
+    """Each optimizer of a set (a GAN's G and D, each stepped on its own loss, so no fresh gradient of loss_fn
+    is a counterpart of what it was given): whether a step's gradient still holds its previous step's. Every
+    gradient a backward computes for a parameter is summed (a tensor hook) since its optimizer last stepped;
+    a step given exactly its previous step's gradient plus that sum was given a gradient nothing reset in
+    between (a zero_grad left out). A reset, by any means (the optimizer's, a submodule's, `.grad = None`),
+    leaves less. Exact, so no noise to allow for: a GradScaler's unscaling makes the sums differ, and the
+    step is then not counted as kept."""
+
+    MIN_COMPARED = 4  # steps of one optimizer compared before a share is read
+    EXACT = 1e-3  # the step's gradient within 0.1% of the previous one plus the new ones: float sums agree
+    CARRIED = 1e-2  # ... and the previous one at least 1% of it (a vanishing one is kept or dropped alike)
+
+    def __init__(self, optimizers: dict[str, torch.optim.Optimizer]) -> None:
+        self.params = {name: [q for q in _params_of(o) if q.requires_grad] for name, o in optimizers.items()} \
+            if len(optimizers) > 1 else {}
+        self.optimizers = optimizers
+        self.added: dict[int, torch.Tensor] = {}  # id(parameter) -> gradients computed since its last step
+        self.last: dict[str, list[torch.Tensor]] = {}  # each optimizer's gradient at its last step
+        self.kept = {name: 0 for name in self.params}
+        self.compared = {name: 0 for name in self.params}
+        self._active = False
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        handles = [q.register_hook(functools.partial(self._on_grad, q)) for qs in self.params.values() for q in qs]
+        handles += [self.optimizers[name].register_step_pre_hook(functools.partial(self._on_step, name))
+                    for name in self.params]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        self._active = True
+        try:
+            yield
+        finally:
+            self._active = False
+
+    def most_kept(self) -> Optional[str]:
+        """The optimizer with the largest share of kept steps (None: none compared MIN_COMPARED steps)."""
+        shares = {name: self.kept[name] / n for name, n in self.compared.items() if n >= self.MIN_COMPARED}
+        return max(shares, key=lambda n: (shares[n], n)) if shares else None
+
+    def _on_grad(self, q: torch.Tensor, grad: torch.Tensor) -> None:
+        if self._active:
+            key = id(q)
+            g = grad.detach().float()
+            self.added[key] = self.added[key] + g if key in self.added else g.clone()
+
+    def _on_step(self, name: str, optimizer, args, kwargs) -> None:
+        if not self._active:
+            return
+        qs = self.params[name]
+        now = [q.grad.detach().float().clone() if q.grad is not None else torch.zeros_like(q, dtype=torch.float32)
+               for q in qs]
+        added = [self.added.pop(id(q), None) for q in qs]
+        if name in self.last:
+            expected = [last + a if a is not None else last for last, a in zip(self.last[name], added)]
+            size, carried = _norm(now), _norm(self.last[name])
+            gap = _norm([n - e for n, e in zip(now, expected)])
+            self.compared[name] += 1
+            self.kept[name] += size > 0 and carried >= self.CARRIED * size and gap <= self.EXACT * size
+        self.last[name] = now
 
 
 def _params_of(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

@@ -108,6 +108,8 @@ class ReplayOutcome(VerifiedFix):
     optimizer_steps: Optional[int] = Field(
         default=None, description="Optimizer steps the run's own step took (fewer than steps_run under "
                                   "gradient accumulation or skipped GradScaler steps); None on the reference loop.")
+    lr_factor: float = Field(default=1.0, description="The multiplier of the run's LR this replay trained at "
+                                                       "(1: the run's own).")
     lr_changed_in: list[str] = Field(
         default_factory=list, description="Several optimizers (Setup.optimizers): the names of those whose LR "
                                           "the candidate scaled (every one, or lr_of's alone).")
@@ -161,6 +163,10 @@ class ReplayOutcome(VerifiedFix):
     val_ratio: Optional[float] = Field(default=None, description="Last val loss / best val loss.")
     val_start: Optional[float] = None
     val_end: Optional[float] = None
+    val_final: Optional[float] = Field(
+        default=None, description="Validation loss at the replay's end, on the first VAL_BATCHES validation "
+                                  "batches (None without validation data, or where the replay did not end "
+                                  "finite): what a fix is also judged by.")
     nothing_level: Optional[float] = Field(
         default=None, description="The loss of a model that learned nothing: the best constant prediction "
                                   "(label entropy, target variance), else ln K.")
@@ -198,6 +204,8 @@ class _Trace:
     loop_note: Optional[str] = None
     not_applicable: list[str] = field(default_factory=list)
     optimizer_steps: Optional[int] = None
+    val_final: Optional[float] = None
+    lr_factor: float = 1.0
     scheduler_steps: int = 0
     lr_changed_in: list[str] = field(default_factory=list)
     unknown_optimizers: Optional[str] = None  # train_step stepped an optimizer setup() did not hand triage
@@ -270,7 +278,8 @@ def _over_the_same_steps(ctx: Context, p: ReplayParams, outcome: "ReplayOutcome"
     extended = ctx.session.memoised(f"replay {p.against} over {outcome.steps_run} steps", longer)
     return outcome.model_copy(update=verification(
         finite=outcome.finite, loss_start=outcome.loss_start, loss_end=outcome.loss_end, reference=extended,
-        against=p.against, levels=loss_levels(ctx.session), margin=p.margin, level_margin=p.level_margin))
+        against=p.against, levels=loss_levels(ctx.session), margin=p.margin, level_margin=p.level_margin,
+        val_end=outcome.val_final))
 
 
 def _own_loop(setup, p: ReplayParams, other_loss: bool) -> tuple[bool, Optional[str]]:
@@ -323,6 +332,7 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
                          f"found '{p.lr_of}'; name one of Setup.optimizers, or leave lr_of out")
     trace = _Trace(start_weights=_start_weights(session, setup, p), weight_norm_start=param_vector_norm(model),
                    loop_used="user" if user else "reference", loop_note=note,
+                   lr_factor=lr_scale / (peak_ratio or 1.0),
                    lr_changed_in=([p.lr_of] if p.lr_of else names) if lr_scale != 1.0 else [], batch_order=order)
     if not user and p.lr_of is not None:
         trace.not_applicable.append(f"the LR of '{p.lr_of}' alone: only the run's own train_step steps "
@@ -358,7 +368,14 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
             trace.not_applicable += step_own.unreached(len(trace.losses))
             trace.unknown_optimizers = step_own.unknown_optimizers()
     trace.scheduler_steps = schedule.scheduler_steps
+    if session.val_batches and trace.first_bad is None and not trace.truncated:
+        trace.val_final = ctx.ranks.mean(_val_loss(setup, session.val_batches[:VAL_BATCHES], precision,
+                                                   session.device))
     return trace, clip, skip
+
+
+# Validation batches a replay's end is measured on: enough to see generalisation, cheap beside 40 steps.
+VAL_BATCHES = 8
 
 
 def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_going, schedule: RunSchedule,
@@ -512,9 +529,11 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
     nothing = levels.nothing_learned
     return ReplayOutcome(
         **verification(finite=finite, loss_start=start, loss_end=end, reference=ctx.outcomes.get(p.against),
-                       against=p.against, levels=levels, margin=p.margin, level_margin=p.level_margin),
+                       against=p.against, levels=levels, margin=p.margin, level_margin=p.level_margin,
+                       val_end=t.val_final),
         loop_used=t.loop_used, loop_note=t.loop_note,
         optimizer_steps=t.optimizer_steps, scheduler_steps=t.scheduler_steps, lr_changed_in=t.lr_changed_in,
+        lr_factor=t.lr_factor,
         nothing_level=nothing, loss_floor=levels.floor,
         below_floor=levels.below_floor(min(finite_losses) if finite_losses else None),
         level_ratio=end / nothing if end is not None and nothing and nothing > 0 and finite else None,
@@ -540,6 +559,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         val_ratio=t.val_losses[-1] / min(t.val_losses) if t.val_losses and min(t.val_losses) > 0 else None,
         val_start=t.val_losses[0] if t.val_losses else None,
         val_end=t.val_losses[-1] if t.val_losses else None,
+        val_final=t.val_final if t.val_final is not None and math.isfinite(t.val_final) else None,
     )
 
 

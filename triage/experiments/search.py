@@ -86,7 +86,7 @@ def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
     settings += [f"{_lr_setting(factor)} of '{name}' alone" for name, _ in alone]
     if owner is not None:
         chosen = dict(alone)[owner]
-    return LrSearchOutcome(**chosen.model_dump(), lr_factor=factor, lr_owner=owner,
+    return LrSearchOutcome(**{**chosen.model_dump(), "lr_factor": factor}, lr_owner=owner,
                            chosen=_lr_setting(factor) + (f" of '{owner}'" if owner else ""),
                            trials=[_trial(s, o) for s, o in zip(settings, [o for _, o in trials] + [o for _, o in alone])])
 

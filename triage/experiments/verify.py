@@ -35,20 +35,33 @@ class VerifiedFix(Outcome):
                                   "frequencies, mean target); chance: level_margin x ln K; start: its own start.")
     sane: Optional[bool] = Field(default=None, description="Ends below sane_level, and not below the loss's floor.",
                                  json_schema_extra={"ranks": "all"})
-    fix_works: Optional[bool] = Field(default=None, description="Finite, better and sane: the fix is verified.",
+    fix_val: Optional[float] = Field(
+        default=None, description="Its validation loss at its end (val_final), where the run has validation data.")
+    reference_val: Optional[float] = Field(
+        default=None, description="The reference's validation loss at its end, over the same steps.")
+    generalises: Optional[bool] = Field(
+        default=None, description="Its validation loss ends lower than the reference's, clearly (None without "
+                                  "validation data): a fix that only memorises the snapshot is none.",
+        json_schema_extra={"ranks": "all"})
+    fix_works: Optional[bool] = Field(default=None, description="Finite, better, sane and, where validation "
+                                                                "data exists, generalising: the fix is verified.",
                                       json_schema_extra={"ranks": "all"})
 
 
 def verification(*, finite: bool, loss_start: Optional[float], loss_end: Optional[float],
                  reference: Optional[Outcome], against: Optional[str], levels: LossLevels,
+                 val_end: Optional[float] = None,
                  margin: float = DEFAULT_MARGIN, level_margin: float = DEFAULT_LEVEL_MARGIN) -> dict:
     """The VerifiedFix fields of a counterfactual whose own figures are given, against `reference`
     (a replay-like outcome with `finite` and `loss_end`), as the judge reads them."""
     if against is None or reference is None:
         return {}
+    reference_val = getattr(reference, "val_final", None)
     verdict = judge_fix(finite=finite, loss_start=loss_start, loss_end=loss_end, reference_end=_end(reference),
-                        levels=levels, margin=margin, level_margin=level_margin)
-    return dict(against=against, reference_steps=getattr(reference, "steps_run", None), **verdict.model_dump())
+                        levels=levels, margin=margin, level_margin=level_margin, fix_val=val_end,
+                        reference_val=reference_val)
+    return dict(against=against, reference_steps=getattr(reference, "steps_run", None), fix_val=val_end,
+                reference_val=reference_val, **verdict.model_dump())
 
 
 def _end(reference: Outcome) -> float:

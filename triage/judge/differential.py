@@ -2,7 +2,8 @@
 where the abnormality a candidate repairs was measured), the lowest score within it; medium where a rival
 of another cause at that tier ends about as low, or where a candidate relevant to the symptom was not
 measured to its end; never more than the winner's own `confidence:` (a drastic change that won with
-nothing measured for it to repair); low where no fix works."""
+nothing measured for it to repair), nor than medium where the LR that trained is over FAR_FACTOR away
+from the run's own; low where no fix works."""
 
 from __future__ import annotations
 
@@ -11,6 +12,24 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
 from triage.records import CandidateResult, Confidence
+
+
+# An LR fix more than three orders of magnitude from the run's own (x1e4, x1e-4) is rarely a mistyped LR:
+# something else scales the step (gradients summed over a closure's calls, a loss summed, not averaged).
+# A run whose LR-scaled replay trains is still evidence, not a confirmed cause. (A slip of x1000, 1e-3
+# written as 1e-6, is common enough to keep its "high".)
+FAR_FACTOR = 1000.0
+
+
+def far_fetched(lr_factor: object) -> Optional[str]:
+    """Why a fix at this LR multiplier may claim medium at most (None: a factor of an ordinary size)."""
+    if not isinstance(lr_factor, (int, float)) or not math.isfinite(lr_factor) or lr_factor <= 0:
+        return None
+    if 1 / FAR_FACTOR <= lr_factor <= FAR_FACTOR:
+        return None
+    return (f"the LR that trained is x{lr_factor:g} the run's own, over {FAR_FACTOR:g}x away: a loop or a "
+            "loss that scales the step (gradients summed over calls, a sum where a mean was meant) is as "
+            "likely as a mistyped LR")
 
 
 def tier_of(declared: int, abnormal: Optional[bool]) -> int:

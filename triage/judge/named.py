@@ -45,6 +45,9 @@ MEMORISES = 0.5  # a replay on 2 examples halves its loss: the model can learn w
 # Validation during a replay: ends 10% above its best (a logged val loss's noise stays within a few percent)
 # and above where the replay started it. A val loss that wobbles and ends below its start has not risen.
 VAL_ABOVE_BEST = 1.1
+# An optimizer of a set given its previous step's gradient again (loop_diff's exact check) on half its steps
+# or more: a reset left out. A loop that resets scores 0, whatever its noise.
+STALE_STEPS = 0.5
 
 
 _INIT_ABNORMAL = (f"$init.setup_init_ratio > {INIT_START_RATIO} or $init.setup_init_vs_nothing > {INIT_START_RATIO} "
@@ -135,6 +138,10 @@ NAMED: dict[str, NamedRule] = {
     "val_rises": NamedRule(
         ("replay",), f"$replay.val_ratio > {VAL_ABOVE_BEST} and $replay.val_end > $replay.val_start",
         "the replay's validation loss ended 10% above its best and above where it started"),
+    "keeps_gradients": NamedRule(
+        ("loop",), f"$loop.stale_gradient_share >= {STALE_STEPS}",
+        "one optimizer of several was given its previous step's gradient again (plus the new ones) on half "
+        "its steps or more: nothing reset its gradients between steps"),
     # The loss dropped less than the stall threshold (a 10% drop), whatever its level.
     "flat": NamedRule(
         ("replay",), f"$replay.loss_ratio > {STALL_LOSS_RATIO}",

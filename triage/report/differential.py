@@ -91,10 +91,12 @@ def reason(decision: Decision, causes: dict[str, str]) -> str:
     unfinished = _unfinished(decision)
     if winner is None:
         return (f"None of the {len(tried)} candidate fixes measured to the end works (finite, clearly better "
-                "than the run as it was, and at a sane level), so none of their causes is verified."
+                "than the run as it was, at a sane level and, with validation data, lower on it too), so none of "
+                "their causes is verified."
                 + unfinished)
     name = causes.get(winner.then, winner.then)
     text = f"{winner.id} ({name}) wins: its fix works"
+    unfinished += f" Medium confidence at most: {winner.cap_reason}." if winner.cap_reason else ""
     outranked = [c.id for c in decision.candidates if c.outranked]
     skipped = (f" Not run, as a fix of a lower tier already worked: {', '.join(outranked)}." if outranked
                else "")

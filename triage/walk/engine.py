@@ -27,7 +27,7 @@ from triage.experiments import Context, NotApplicable, Outcome
 from triage.experiments.levels import loss_levels
 from triage.walk.forked import Candidates, OneByOne, TwoAtOnce, can_fork, training_state_bytes
 from triage.judge.decay import decay_reach
-from triage.judge.differential import judge_candidates, outranked, tier_of
+from triage.judge.differential import far_fetched, judge_candidates, outranked, tier_of
 from triage.walk.playbook import Playbook
 from triage.records import CandidateResult, Clause, Confidence, Decision, ExperimentRun, SetupFacts
 from triage.walk.playbook.schema import DecisionNode, DifferentialNode, LeafNode, RunNode
@@ -465,8 +465,11 @@ def _ended(candidate: CandidateResult, read, spec: DifferentialNode) -> Candidat
     status = read(candidate.id, "status")
     if status != "ok":
         return candidate.model_copy(update={"status": status, "tried": status != "not_applicable"})
-    return candidate.model_copy(update={"status": status, **_verdict(read(candidate.id, spec.works),
-                                                                      read(candidate.id, spec.score))})
+    update = {"status": status, **_verdict(read(candidate.id, spec.works), read(candidate.id, spec.score))}
+    reason = far_fetched(read(candidate.id, "lr_factor"))
+    if reason is not None:
+        update |= {"cap": "low" if candidate.cap == "low" else "medium", "cap_reason": reason}
+    return candidate.model_copy(update=update)
 
 
 def _verdict(works: Any, score: Any) -> dict[str, Any]:
