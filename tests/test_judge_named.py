@@ -71,7 +71,7 @@ def test_weights_shrank_over_the_replay_or_since_the_init():
 @pytest.mark.parametrize("ratio, flat, learns, memorises", [(0.95, True, False, False), (0.85, False, True, False),
                                                              (0.4, False, True, True)])
 def test_flat_learns_and_memorises_read_the_loss_ratio(ratio, flat, learns, memorises):
-    figures = {("n", "loss_ratio"): ratio, ("n", "finite"): True}
+    figures = {("n", "loss_ratio"): ratio, ("n", "finite"): True, ("n", "level_ratio"): 0.9}
     assert decide("flat(n)", figures) is flat
     assert decide("learns(n)", figures) is learns
     assert decide("memorises(n)", figures) is memorises
@@ -93,3 +93,24 @@ def test_every_named_rule_says_what_it_means_and_parses():
 def test_val_rises_needs_a_rise_above_the_best_and_above_the_start(ratio, start, end, rises):
     figures = {("n", "val_ratio"): ratio, ("n", "val_start"): start, ("n", "val_end"): end}
     assert decide("val_rises(n)", figures) is rises
+
+
+@pytest.mark.parametrize("ratio, level, memorises", [
+    (0.72, 0.36, True),   # a tabular net already near its two examples (0.29 -> 0.21, learning nothing 0.6)
+    (0.72, 0.8, False),   # ... and one still far above them
+    (0.72, None, None),   # no level known: the ratio alone cannot settle it
+])
+def test_memorises_also_counts_ending_under_half_the_loss_of_learning_nothing(ratio, level, memorises):
+    figures = {("n", "loss_ratio"): ratio, ("n", "level_ratio"): level}
+    assert decide("memorises(n)", figures) is memorises
+
+
+@pytest.mark.parametrize("nothing, floor, levelless", [(None, None, True), (0.69, None, False),
+                                                        (None, 0.0, False), (2.3, 0.0, False)])
+def test_levelless_is_a_loss_with_neither_a_level_of_learning_nothing_nor_a_floor(nothing, floor, levelless):
+    assert decide("levelless(n)", {("n", "nothing_level"): nothing, ("n", "loss_floor"): floor}) is levelless
+
+
+@pytest.mark.parametrize("share, kept", [(0.0, False), (0.45, False), (0.5, True), (1.0, True), (None, None)])
+def test_keeps_gradients_is_half_the_steps_of_one_optimizer_on_a_gradient_never_reset(share, kept):
+    assert decide("keeps_gradients(n)", {("n", "stale_gradient_share"): share}) is kept

@@ -56,11 +56,13 @@ def measure(ctx: Context, p: LrTraceParams) -> LrTraceOutcome:
     fresh = session.fresh_setup(at_checkpoint=False)  # the schedule from its step 0
     optimizer, scheduler = fresh.optimizer, fresh.scheduler
     if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-        # Driven by a metric, not the step: no trace, but the LR it started from is its peak.
+        # Driven by a metric, not the step: no trace, but the LR it started from is its peak, and an LR
+        # under it was reduced from it (it only ever goes down): past the peak.
         peak = max(current_lr(optimizer), lr_now)
         return LrTraceOutcome(has_scheduler=True, metric_driven=True, steps=[0], lrs=[current_lr(optimizer)],
                               checkpoint_step=checkpoint_step, lr_now=lr_now, lr_peak=peak,
-                              lr_now_ratio=lr_now / peak if peak > 0 else 0.0, horizon=horizon)
+                              lr_now_ratio=lr_now / peak if peak > 0 else 0.0, horizon=horizon,
+                              past_peak=lr_now < peak)
     lrs, truncated = [], False
     every = setup.steps_per_epoch if setup.scheduler_interval == "epoch" and setup.steps_per_epoch else 1
     with warnings.catch_warnings():

@@ -132,9 +132,12 @@ NAMED: dict[str, NamedRule] = {
         ("replay", "init"),
         f"$replay.weight_norm_ratio < {SHRANK_OVER_REPLAY} or $init.weight_norm_vs_init < {SHRANK_SINCE_INIT}",
         "the weights' norm fell 20% over the replay, or is under half of setup()'s fresh init's"),
+    # Or it ends under half the loss of learning nothing: a model that already nearly fits the two examples
+    # (a tabular net starting at 0.29 on them, chance 0.67) has little left to halve.
     "memorises": NamedRule(
-        ("replay",), f"$replay.loss_ratio < {MEMORISES}",
-        "the replay (on a tiny subset) more than halved its loss: the model learns what it is given"),
+        ("replay",), f"$replay.loss_ratio < {MEMORISES} or $replay.level_ratio < {MEMORISES}",
+        "the replay (on a tiny subset) more than halved its loss, or ended under half the loss of learning "
+        "nothing: the model learns what it is given"),
     "val_rises": NamedRule(
         ("replay",), f"$replay.val_ratio > {VAL_ABOVE_BEST} and $replay.val_end > $replay.val_start",
         "the replay's validation loss ended 10% above its best and above where it started"),
@@ -142,6 +145,12 @@ NAMED: dict[str, NamedRule] = {
         ("loop",), f"$loop.stale_gradient_share >= {STALE_STEPS}",
         "one optimizer of several was given its previous step's gradient again (plus the new ones) on half "
         "its steps or more: nothing reset its gradients between steps"),
+    # A loss of a kind with neither level (a policy surrogate, a GAN's pair, a contrastive or ranking loss, a
+    # likelihood): a flat stretch of it is no symptom by itself; it is read by its counterfactuals alone.
+    "levelless": NamedRule(
+        ("replay",), "$replay.nothing_level == none and $replay.loss_floor == none",
+        "neither the loss of learning nothing (a constant prediction) nor the loss's floor (its value on a "
+        "perfect prediction) could be measured for the run's loss"),
     # The loss dropped less than the stall threshold (a 10% drop), whatever its level.
     "flat": NamedRule(
         ("replay",), f"$replay.loss_ratio > {STALL_LOSS_RATIO}",
