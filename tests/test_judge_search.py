@@ -40,3 +40,14 @@ def test_the_half_decade_is_tried_only_where_the_best_grid_trial_beat_the_run():
 def test_with_nothing_working_the_finite_trial_that_ends_lowest_is_chosen():
     assert search.choose([(1, trial(None, finite=False)), (2, trial(3.0)), (3, trial(2.0))])[0] == 3
     assert search.choose([(1, trial(None, finite=False)), (2, trial(None, finite=False))])[0] == 2
+
+
+def test_the_least_working_factor_is_the_working_trial_nearest_the_runs_own_lr():
+    # LoRA at 1/100 of its LR (the real-programs benchmark): x1000 and x10000 both work, x10000 ends lower by
+    # memorising the snapshot; how far the LR must move is x1000, not the factor chosen.
+    trials = [(10.0, trial(0.67)), (100.0, trial(0.59)), (1e3, trial(0.17, works=True)),
+              (1e4, trial(0.0006, works=True)), (1e5, trial(0.94))]
+    assert search.choose(trials)[0] == 1e4
+    assert search.least_working(trials) == 1e3
+    assert search.least_working([(0.1, trial(0.5, works=True)), (0.01, trial(0.4, works=True))]) == 0.1
+    assert search.least_working([(10.0, trial(0.67))]) is None

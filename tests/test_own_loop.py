@@ -87,11 +87,11 @@ def test_a_loop_with_no_optimizer_gets_its_lr_verdict_from_a_model_only_checkpoi
     path = triage.save_checkpoint(tmp_path / "model_only.pt", setup.model, None, step=20)
     assert "optimizer" not in torch.load(path, weights_only=True)
     report, _ = triage.run(factory, path, out=tmp_path / "report")
-    # An LR that trains over 1000x from the run's own is as likely a loop that scales the step: medium at most.
-    factor = next(c for d in report.decisions for c in d.candidates if c.winner)
-    far = report.experiment(factor.id).outcome["lr_factor"] > 1000
-    assert (report.root_cause, report.confidence) == (cause, "medium" if far else "high")
-    assert (factor.cap_reason is not None) == far
+    # Where the LR had to move over 1000x from the run's own, a loop that scales the step is as likely: medium
+    # at most. Here x1000 is enough (1e-4 -> 0.1) going up, x0.1 going down.
+    winner = next(c for d in report.decisions for c in d.candidates if c.winner)
+    assert report.experiment(winner.id).outcome["least_working_factor"] in (1e3, 1e-1)
+    assert (report.root_cause, report.confidence, winner.cap_reason) == (cause, "high", None)
 
 
 def test_a_manual_loop_without_a_declared_lr_says_an_lr_candidate_cannot_reach_it():

@@ -42,6 +42,9 @@ class LrSearchParams(ReplayParams):
 
 class LrSearchOutcome(SearchOutcome):
     lr_factor: Optional[float] = Field(default=None, description="The chosen trial's LR multiplier.")
+    least_working_factor: Optional[float] = Field(
+        default=None, description="Of the trials that work, the multiplier nearest the run's own LR: how far "
+                                  "the LR must move at least (None: none works).")
     lr_owner: Optional[str] = Field(
         default=None, description="With several optimizers: the one whose LR alone, scaled by the chosen factor, "
                                   "is the fix (the others' alone are not); the chosen replay is that one.")
@@ -87,6 +90,7 @@ def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
     if owner is not None:
         chosen = dict(alone)[owner]
     return LrSearchOutcome(**{**chosen.model_dump(), "lr_factor": factor}, lr_owner=owner,
+                           least_working_factor=judge.least_working(trials),
                            chosen=_lr_setting(factor) + (f" of '{owner}'" if owner else ""),
                            trials=[_trial(s, o) for s, o in zip(settings, [o for _, o in trials] + [o for _, o in alone])])
 

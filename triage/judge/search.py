@@ -69,6 +69,12 @@ def choose(trials: Trials) -> tuple:
     return min(pool, key=lambda t: end(t[1]))
 
 
+def least_working(trials: Trials) -> Optional[float]:
+    """Of the trials (LR multipliers) whose fix works, the multiplier nearest 1 (in orders of magnitude)."""
+    working = [factor for factor, o in trials if o.fix_works]
+    return min(working, key=lambda f: abs(math.log10(f))) if working else None
+
+
 def still(outcome: TrialFigures) -> bool:
     return outcome.finite and outcome.loss_ratio is not None and abs(outcome.loss_ratio - 1) < STILL
 

@@ -466,7 +466,8 @@ def _ended(candidate: CandidateResult, read, spec: DifferentialNode) -> Candidat
     if status != "ok":
         return candidate.model_copy(update={"status": status, "tried": status != "not_applicable"})
     update = {"status": status, **_verdict(read(candidate.id, spec.works), read(candidate.id, spec.score))}
-    reason = far_fetched(read(candidate.id, "lr_factor"))
+    # How far the LR had to move: the nearest working trial of a search, else the factor replayed.
+    reason = far_fetched(read(candidate.id, "least_working_factor") or read(candidate.id, "lr_factor"))
     if reason is not None:
         update |= {"cap": "low" if candidate.cap == "low" else "medium", "cap_reason": reason}
     return candidate.model_copy(update=update)
