@@ -40,6 +40,7 @@ class BatchScanOutcome(Outcome):
     nonfinite_batches: list[int] = Field(
         default_factory=list, description="Batches whose loss or gradient is non-finite at these weights.")
     nonfinite_count: int = 0
+    first_nonfinite_batch: Optional[int] = Field(default=None, description="The first of them.")
     worst_batch: Optional[int] = Field(
         default=None, description="The outlier with the highest z (else the highest-z batch of all).")
     worst_z: float = Field(default=0.0, description="Its z-score (loss or gradient, whichever is higher).")
@@ -89,6 +90,7 @@ def measure(ctx: Context, p: BatchScanParams) -> BatchScanOutcome:
     return BatchScanOutcome(
         losses=losses, grad_norms=norms, z_loss=z_loss, z_grad=z_grad, outliers=outliers,
         outlier_count=len(outliers), nonfinite_batches=nonfinite, nonfinite_count=len(nonfinite),
+        first_nonfinite_batch=nonfinite[0] if nonfinite else None,
         worst_batch=worst, worst_z=z[worst] if worst is not None else 0.0, batches_scanned=len(losses),
         **suspect,
     )

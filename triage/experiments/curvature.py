@@ -127,7 +127,12 @@ def _hvp_of(setup, batches, params, v) -> list[torch.Tensor]:
     grads = torch.autograd.grad(loss, params, create_graph=True, allow_unused=True)
     grads = [g if g is not None else torch.zeros_like(q) for g, q in zip(grads, params)]
     dot = sum((g * u).sum() for g, u in zip(grads, v))
-    hv = torch.autograd.grad(dot, params, allow_unused=True)
+    try:
+        hv = torch.autograd.grad(dot, params, allow_unused=True)
+    except RuntimeError as exc:  # an op with no second derivative (ctc_loss's backward has none)
+        if "not implemented" not in str(exc):
+            raise
+        raise NotApplicable(f"the loss has no second derivative to measure curvature with: {exc}") from None
     return [h.detach() if h is not None else torch.zeros_like(q) for h, q in zip(hv, params)]
 
 

@@ -123,7 +123,9 @@ def loss_with_output(setup: Any, batches: list[Any], swap,
                      module: Optional[torch.nn.Module] = None) -> Optional[float]:
     """The run's mean loss over `batches` when the model's output (or `module`'s: the head of a model that
     computes its loss itself) is replaced by `swap(output, batch)` (None where it cannot be built, or the
-    loss refuses it: shape or range)."""
+    loss refuses it: shape or range). A batch the loss cannot score at all (ctc_loss on a clip shorter
+    than its transcript is inf whatever the output) tells nothing of the output: the mean is over the
+    others."""
     values = []
     for batch in batches:
         def replace(module, inputs, output, batch=batch):
@@ -142,8 +144,8 @@ def loss_with_output(setup: Any, batches: list[Any], swap,
         finally:
             handle.remove()
             setup.model.train(was_training)
-    value = sum(values) / len(values) if values else math.nan
-    return value if math.isfinite(value) else None
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else None
 
 
 def top_output(setup: Any, batch: Any) -> Optional[torch.Tensor]:

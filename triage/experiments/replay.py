@@ -47,6 +47,9 @@ class ReplayParams(Params):
     skip_outliers_of: Optional[str] = Field(
         default=None, description="Leave out the batches a batch_scan node flagged (its node id).",
         json_schema_extra={"node_runs": "batch_scan"})
+    skip_nonfinite_of: Optional[str] = Field(
+        default=None, description="Leave out the batches whose loss a batch_scan node found non-finite at the "
+                                  "checkpoint's weights (its node id).", json_schema_extra={"node_runs": "batch_scan"})
     lr_factor_of: Optional[str] = Field(
         default=None, description="Multiply the lr by the factor an lr_search node chose (its lr_factor): that "
                                   "LR replayed over other steps.", json_schema_extra={"node_runs": "lr_search"})
@@ -318,7 +321,8 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
         clip = _typical_norm(ctx, p.clip_at_norm_of)
     clip = clip * p.clip_scale if clip is not None else None
     scaler = grad_scaler(setup, precision, session.device)
-    skip = sorted(set(p.skip_batches) | set(_flagged_batches(ctx, p.skip_outliers_of)))
+    skip = sorted(set(p.skip_batches) | set(_flagged_batches(ctx, p.skip_outliers_of))
+                  | set(_flagged_batches(ctx, p.skip_nonfinite_of, "nonfinite_batches")))
     order = [i for i in range(len(session.batches)) if i not in skip] or [0]  # the snapshot batch of each call
     batches = [session.batches[i] for i in order]
     if p.subset:
@@ -495,11 +499,11 @@ def _typical_norm(ctx: Context, node: str) -> float:
     return _measured_by(ctx, node, "grad_norm_start", "typical gradient norm to clip at")
 
 
-def _flagged_batches(ctx: Context, node: Optional[str]) -> list[int]:
+def _flagged_batches(ctx: Context, node: Optional[str], field: str = "outliers") -> list[int]:
     if node is None:
         return []
     scan = ctx.outcomes.get(node)
-    return list(getattr(scan, "outliers", []) or [])
+    return list(getattr(scan, field, []) or [])
 
 
 @torch.no_grad()

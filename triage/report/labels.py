@@ -120,6 +120,7 @@ LABELS: dict[str, tuple[str, str, str]] = {
     'first_bad_batch': ('first bad batch', '', 'Index of the first bad train batch.'),
     'first_duplicates': ('first duplicates', '', 'Up to 20 val example indices.'),
     'first_moment': ('first moment', '', 'The first moment replicas differed.'),
+    'first_nonfinite_batch': ('first non-finite batch', '', 'The first snapshot batch whose loss is non-finite at the checkpoint.'),
     'first_nonfinite_ranks': ('first non-finite ranks', '', 'Distributed.'),
     'first_nonfinite_step': ('first non-finite step', '', 'The replay step (from 0) whose loss or gradient was not finite.'),
     'fix_reshuffles': ('fix reshuffles', '', "With sampler.set_epoch(1) called, epoch 1's order differs from epoch 0's (the sampler shuffles, and set_epoch is what changes its order)."),
