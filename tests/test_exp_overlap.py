@@ -161,3 +161,73 @@ def test_a_batch_of_graphs_with_one_label_per_graph_is_not_measured_and_says_why
                                                loss_fn=lambda m, b: torch.nn.functional.cross_entropy(m(b), b["y"])))
     assert out.has_val and out.duplicate_fraction is None
     assert "not one per input row" in out.not_measured
+
+
+# --- Windows of one series, cut before the split (issue 33, class 4) ------------------------------------
+
+LOOKBACK = 24
+
+
+def series_windows(n=1200, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.arange(n, dtype=torch.float32)
+    series = torch.sin(t / 20) + 0.3 * torch.sin(t / 7) + 0.1 * torch.randn(n, generator=g)
+    x = torch.stack([series[i:i + LOOKBACK] for i in range(n - LOOKBACK)]).unsqueeze(-1)
+    y = torch.stack([series[i + LOOKBACK] for i in range(n - LOOKBACK)]).unsqueeze(-1)
+    return x, y
+
+
+def window_split(shuffled_first: bool, batch_size=32):
+    """The windows split 70/30: by time, or (the leak) shuffled before the split, as a random_split of the
+    windows' dataset does."""
+    x, y = series_windows()
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(1)) if shuffled_first \
+        else torch.arange(len(x))
+    cut = int(0.7 * len(x))
+
+    def batches(idx):
+        return [(x[idx[i:i + batch_size]], y[idx[i:i + batch_size]]) for i in range(0, len(idx), batch_size)]
+    return batches(order[:cut]), batches(order[cut:])
+
+
+class Forecaster(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(1, 16, batch_first=True)
+        self.head = torch.nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0][:, -1])
+
+
+def forecaster_setup(shuffled_first: bool):
+    import triage
+
+    torch.manual_seed(0)
+    model = Forecaster()
+    train, val = window_split(shuffled_first)
+    return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=3e-3),
+                        loss_fn=lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1]),
+                        batches=train[:16], val_batches=val[:8])
+
+
+def test_windows_shuffled_before_the_split_are_shifted_copies_and_a_split_by_time_is_not():
+    leak = run(OVERLAP_CHECK, session_of(lambda: forecaster_setup(True)))
+    fair = run(OVERLAP_CHECK, session_of(lambda: forecaster_setup(False)))
+    assert leak.duplicates == 0 and leak.shifted_fraction > 0.9  # no row repeats, yet each window is a neighbour's
+    assert fair.duplicates == 0 and fair.shifted_fraction == 0.0  # the split's boundary is past these batches
+
+
+def test_images_and_tabular_rows_are_not_sequences_to_shift():
+    out = run(OVERLAP_CHECK, session_of(lambda: classifier_setup(lr=0.1)))
+    assert out.shifted_copies == 0 and out.shifted_fraction is None
+
+
+def test_a_forecaster_validated_on_windows_cut_before_the_split_gets_the_overlap_verdict(tmp_path):
+    import triage
+
+    report, _ = triage.run(lambda: forecaster_setup(True), None, out=tmp_path / "leak")
+    assert (report.root_cause, report.path[-1]) == ("train_val_overlap", "train_val_overlap_windows")
+    assert "Split the series by time first" in report.fix
+    report, _ = triage.run(lambda: forecaster_setup(False), None, out=tmp_path / "fair")
+    assert report.root_cause != "train_val_overlap"

@@ -112,3 +112,43 @@ def example_digests(batches: list[Any], limit: Optional[int] = None) -> Iterator
                 h.update(key)
                 h.update(data[i].tobytes())
             yield h.digest()
+
+
+# Shifted windows: a sequence input (a row of at least MIN_STEPS steps) compared with others moved by 1 to
+# MAX_SHIFT steps, over the part they share, at least half of each. A part of fewer than MIN_DISTINCT distinct
+# values (padding, a constant stretch) could match by chance and is not compared.
+MIN_STEPS = 8
+MAX_SHIFT = 16
+MIN_DISTINCT = 4
+
+
+def sequence_rows(batches: list[Any]) -> Iterator[torch.Tensor]:
+    """The examples' input rows (`example_rows`'s input tensor, first dim the steps), rounded as digests
+    round them; none where the inputs are not sequences of MIN_STEPS steps or more."""
+    from triage.experiments.probes import input_tensor
+
+    for batch in batches:
+        rows, _ = example_rows(batch)
+        x = input_tensor(batch)
+        chosen = next((t for key, t in rows if x is not None and t.shape[1:] == x.shape[1:]
+                       and t.dtype == x.dtype), None)
+        if chosen is None or chosen.dim() < 2 or chosen.shape[1] < MIN_STEPS:
+            continue
+        data = chosen.detach().cpu()
+        if data.is_floating_point():
+            data = torch.round(data.double() / ROUNDING) + 0.0
+        yield from data
+
+
+def window_digests(row: torch.Tensor, side: str) -> Iterator[bytes]:
+    """Digests of `row`'s part without its first s steps (side "tail") or its last s (side "head"), for
+    each shift s, keyed by s; parts with fewer than MIN_DISTINCT distinct values are left out."""
+    steps = row.shape[0]
+    for shift in range(1, min(MAX_SHIFT, steps // 2) + 1):
+        part = row[shift:] if side == "tail" else row[:steps - shift]
+        if torch.unique(part).numel() < MIN_DISTINCT:
+            continue
+        h = hashlib.blake2b(digest_size=16)
+        h.update(f"{shift}:{tuple(part.shape)}".encode())
+        h.update(part.contiguous().numpy().tobytes())
+        yield h.digest()

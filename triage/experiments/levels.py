@@ -80,7 +80,7 @@ def _measure(session: Any) -> LossLevels:
                           floor=_floor(constant, loss_with_output(setup, batches, _margin_on_the_label)))
     mean = target_mean(session.batches, output)
     if mean is None:
-        return LossLevels(kind="unknown")
+        return _several_per_target(setup, session.batches, batches, output)
     if binary_targets(session.batches, output):
         constant = best_constant_loss(setup, batches, binary_constants(mean))
         perfect = [loss_with_output(setup, batches, make) for make in (_the_target, _target_logit)]
@@ -89,6 +89,33 @@ def _measure(session: Any) -> LossLevels:
     constant = constant_loss(setup, batches, mean)
     return LossLevels(kind="regression", constant=constant,
                       floor=_floor(constant, loss_with_output(setup, batches, _the_target)))
+
+
+def _several_per_target(setup: Any, snapshot: list[Any], batches: list[Any], output: torch.Tensor) -> LossLevels:
+    """An output with one more dimension than its target (three quantiles per forecast step, say): each
+    column predicts the same target. Predicting the target in every column is a perfect prediction only
+    where the loss says so, by scoring it 0 (a pinball or an absolute loss does; a Gaussian NLL, whose
+    second column is a variance, does not), and the mean target in every column is the constant one.
+    Else the levels are unknown."""
+    if output.dim() < 2 or regression_target(snapshot[0], output.numel() // output.shape[-1]) is None:
+        return LossLevels(kind="unknown")
+    targets = [regression_target(b, None) for b in snapshot]
+    if any(t is None for t in targets):
+        return LossLevels(kind="unknown")
+    mean = torch.cat([t.reshape(-1).double().cpu() for t in targets]).mean().float()
+    constant = constant_loss(setup, batches, mean.reshape(1))
+    perfect = loss_with_output(setup, batches, _the_target_in_every_column)
+    scale = abs(constant) if constant else 1.0
+    if constant is None or perfect is None or abs(perfect) > 1e-6 * scale:
+        return LossLevels(kind="unknown")
+    return LossLevels(kind="regression", constant=constant, floor=_floor(constant, perfect))
+
+
+def _the_target_in_every_column(output: torch.Tensor, batch: Any) -> Optional[torch.Tensor]:
+    target = regression_target(batch, output.numel() // output.shape[-1])
+    if target is None:
+        return None
+    return target.reshape(output.shape[:-1]).unsqueeze(-1).expand_as(output).to(output.dtype).clone()
 
 
 PERFECT_MARGIN = 30.0  # logits: the true class 30 above the rest, a probability within 1e-13 of 1

@@ -8,7 +8,8 @@ from typing import Optional
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.experiments.fingerprint import example_digests, examples_unreadable
+from triage.experiments.fingerprint import (MAX_SHIFT, example_digests, examples_unreadable, sequence_rows,
+                                            window_digests)
 
 
 class OverlapParams(Params):
@@ -25,6 +26,12 @@ class OverlapOutcome(Outcome):
                                                                           "where examples are not rows.")
     first_duplicates: list[int] = Field(default_factory=list, description="Up to 20 val example indices.")
     not_measured: Optional[str] = Field(default=None, description="Why the examples could not be compared.")
+    shifted_copies: int = Field(
+        default=0, description="Val examples whose input sequence is a training "
+                               f"example's moved by 1 to {MAX_SHIFT} steps (sliding windows), over the part "
+                               "they share.")
+    shifted_fraction: Optional[float] = Field(
+        default=None, description="shifted_copies / val_examples; None where the inputs are not sequences.")
 
 
 def measure(ctx: Context, p: OverlapParams) -> OverlapOutcome:
@@ -43,10 +50,31 @@ def measure(ctx: Context, p: OverlapParams) -> OverlapOutcome:
             duplicates += 1
             if len(first) < 20:
                 first.append(index)
+    shifted, compared = _shifted_copies(session.batches, session.val_batches)
     return OverlapOutcome(
         has_val=True, train_examples=len(train_hashes), val_examples=val_examples, duplicates=duplicates,
         duplicate_fraction=duplicates / val_examples if val_examples else 0.0, first_duplicates=first,
+        shifted_copies=shifted, shifted_fraction=shifted / compared if compared else None,
     )
+
+
+def _shifted_copies(train_batches: list, val_batches: list) -> tuple[int, int]:
+    """How many validation sequences share all but their first (or last) few steps with a training sequence
+    moved by as many: windows cut from one series before it was split. And how many were compared."""
+    tails, heads = set(), set()
+    for row in sequence_rows(train_batches):
+        tails.update(window_digests(row, "tail"))
+        heads.update(window_digests(row, "head"))
+    if not tails:
+        return 0, 0
+    shifted = compared = 0
+    for row in sequence_rows(val_batches):
+        compared += 1
+        # a val window moved forward (its head is a train window's tail) or back (its tail, a train head)
+        if any(d in tails for d in window_digests(row, "head")) or \
+                any(d in heads for d in window_digests(row, "tail")):
+            shifted += 1
+    return shifted, compared
 
 
 OVERLAP_CHECK = Experiment(

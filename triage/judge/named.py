@@ -33,6 +33,10 @@ DEAD_ON_AVERAGE = 0.5  # over half the units dead, averaged over the ReLU layers
 DEAD_IN_A_LAYER = 0.9  # or over 90% in one layer
 # Validation rows that duplicate training rows (overlap_check): a few are chance, a tenth is a leak.
 DUPLICATE_SHARE = 0.1
+# Validation windows that are training windows moved by a few steps (overlap_check): a chronological split
+# shares a handful at its boundary; a series cut into windows and shuffled before the split shares nearly
+# all (every validation window has a training neighbour): over half.
+SHIFTED_SHARE = 0.5
 DECAYED_LR = 0.01  # the schedule's LR now under 1% of its peak, past the peak: decayed to ~0
 # The earliest layers' gradient norm under 1% of the latest's (gradient_flow): two orders of magnitude
 # lost on the way down, where a healthy deep net stays within one.
@@ -121,6 +125,10 @@ NAMED: dict[str, NamedRule] = {
     "few_duplicates": NamedRule(
         ("overlap",), f"$overlap.duplicate_fraction == none or $overlap.duplicate_fraction <= {DUPLICATE_SHARE}",
         "a tenth of the validation rows or fewer duplicate training rows, or no overlap measured"),
+    "shifted_windows": NamedRule(
+        ("overlap",), f"$overlap.shifted_fraction > {SHIFTED_SHARE}",
+        "over half the validation sequences are training sequences moved by 1 to 16 steps (windows of one "
+        "series, split after they were cut)"),
     "schedule_decayed": NamedRule(
         ("schedule",),
         f"$schedule.has_scheduler and $schedule.past_peak and $schedule.lr_now_ratio < {DECAYED_LR}",

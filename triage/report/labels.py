@@ -286,6 +286,8 @@ LABELS: dict[str, tuple[str, str, str]] = {
     'setup_init_ratio': ('setup init ratio', '×', 'loss_setup_init / ln K.'),
     'setup_init_vs_nothing': ('setup init vs nothing', '×', 'loss_setup_init / the loss of learning nothing (label entropy, binary entropy, target variance).'),
     'shared_example_fraction': ('shared example share', '%', "Mean over ranks of the share of a rank's examples another rank also holds."),
+    'shifted_copies': ('validation windows shifted from training', '', 'Val sequences that are a training sequence moved by 1-16 steps.'),
+    'shifted_fraction': ('shifted-window share', '%', 'shifted_copies / val_examples.'),
     'sharpness': ('sharpness', '', "Top eigenvalue of the loss's Hessian (preconditioned for Adam)."),
     'single_class': ('single class', '', ''),
     'single_class_batch_fraction': ('single class batch share', '%', 'Batches holding one class.'),
