@@ -66,7 +66,7 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     targets = [dict(named_tensors(b)).get(target) for b in batches] if target else [class_targets(b) for b in batches]
     logits = model_output(session.setup, batches[0], session.device) if targets[0] is not None else None
     session.restore()  # the probe's forward may have moved BatchNorm statistics
-    if targets[0] is None or logits is None or logits.shape[-1] < 2:
+    if targets[0] is None or logits is None or logits.shape[-1] < 2 or not _paired(targets[0], logits):
         return LabelCheckOutcome(is_classification=False, knn_target_correlation=_knn_target_correlation(batches, p))
     k = int(logits.shape[-1])
     per_batch = [t.reshape(-1)[t.reshape(-1) != p.ignore_index].long().cpu() for t in targets if t is not None]
@@ -94,6 +94,15 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
         knn_agreement=knn, chance_agreement=float((frequencies ** 2).sum()) if knn is not None else None,
         knn_examples=used,
     )
+
+
+def _paired(targets: torch.Tensor, logits: torch.Tensor) -> bool:
+    """The integer tensor can be the labels of these scores: one per example row (the first dims agree), or
+    one per score vector (a sequence's tokens). A link predictor's node-pair indices, (2, E) against (N, D)
+    node embeddings, are neither: they index the output, they do not label it."""
+    if targets.dim() == 0:
+        return False
+    return targets.shape[0] == logits.shape[0] or targets.numel() * logits.shape[-1] == logits.numel()
 
 
 def _name_of(batch, tensor) -> Optional[str]:

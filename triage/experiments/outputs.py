@@ -10,6 +10,8 @@ import torch
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.interventions import unsquash
+from triage.experiments.loss_inputs import score_losses
 from triage.experiments.probes import mean_loss, model_output
 from triage.experiments.standard_loss import Comparison, compare_at_checkpoint, standard_levels, standard_rule
 from triage.batches import named_tensors
@@ -38,6 +40,13 @@ class OutputCheckOutcome(Outcome):
                                   "outputs is a loss that cannot go lower.")
     squashed: bool = Field(default=False, description="Every output lies in [0, 1] (sigmoid or softmax).",
                            json_schema_extra={"ranks": "all"})
+    scores_squashed: bool = Field(
+        default=False, description="What the run's loss hands a loss on raw scores (binary_cross_entropy_with_"
+                                   "logits, cross_entropy) lies in [0, 1] on every call: squashed before it, "
+                                   "in forward() or after it.", json_schema_extra={"ranks": "all"})
+    scores_unsquashed_loss: Optional[float] = Field(
+        default=None, description="The loss with those scores' squashing undone (log of probability rows, logit "
+                                  "of [0, 1] values) where the score loss receives them.")
     targets_discrete: bool = Field(default=False, description="The targets are class indices or 0/1 values "
                                    "(what a loss on scores expects; pixel intensities are not).",
                                    json_schema_extra={"ranks": "all"})
@@ -72,10 +81,14 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
     setup, device = session.setup, session.device
     batches = session.batches[:p.batches]
     outputs = [o for o in (model_output(setup, b, device) for b in batches) if o is not None]
-    loss = mean_loss(setup, batches, device)
+    with score_losses() as seen:
+        loss = mean_loss(setup, batches, device)
     session.restore()  # the forwards may have moved BatchNorm statistics
+    scores = dict(scores_squashed=seen.squashed, targets_discrete=all(_discrete_targets(b) for b in batches),
+                  scores_unsquashed_loss=_scores_unsquashed_loss(setup, batches, device) if seen.squashed else None)
+    session.restore()
     if not outputs:
-        return OutputCheckOutcome(has_output=False, loss_checkpoint=loss)
+        return OutputCheckOutcome(has_output=False, loss_checkpoint=loss, **scores)
     k = int(outputs[0].shape[-1])
     rows = torch.cat([o.reshape(-1, o.shape[-1]) for o in outputs if o.shape[-1] == k])  # (N, K)
     tol = p.tolerance or (1e-3 if setup.precision == "fp32" else 1e-2)
@@ -97,7 +110,7 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
         if compared and compared.standard and math.isfinite(compared.own / compared.standard) else None,
         gradient_vs_standard=compared.gradient_gap if compared and math.isfinite(compared.gradient_gap) else None,
         standard_level_ratio=compared.standard / nothing if compared and nothing else None,
-        squashed=squashed, unsquashed_loss=unsquashed, targets_discrete=all(_discrete_targets(b) for b in batches),
+        squashed=squashed, unsquashed_loss=unsquashed, **scores,
         unsquash_ratio=unsquashed / loss if unsquashed is not None and loss > 0 and math.isfinite(loss) else None,
         has_output=True, output_dim=k, output_min=float(rows.min()), output_max=float(rows.max()),
         looks_like_probabilities=probabilities, looks_like_log_probabilities=log_probabilities,
@@ -145,6 +158,16 @@ def _unsquashed_loss(setup, batches, device, rows_are_probabilities: bool) -> Op
         return None
     finally:
         handle.remove()
+    return loss if math.isfinite(loss) else None
+
+
+def _scores_unsquashed_loss(setup, batches, device) -> Optional[float]:
+    """The mean loss with the scores handed to a score loss unsquashed where that loss receives them."""
+    try:
+        with score_losses(unsquash):
+            loss = mean_loss(setup, batches, device)
+    except Exception:  # noqa: BLE001 - the loss refuses the unsquashed values: it wanted them squashed
+        return None
     return loss if math.isfinite(loss) else None
 
 

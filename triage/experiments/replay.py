@@ -19,7 +19,8 @@ from triage.contract import Precision
 from triage.experiments.base import Context, Experiment, NotApplicable, Params
 from triage.experiments.inits import InitKind, apply_init
 from triage.experiments.dead_units import find_dead_units, revive
-from triage.experiments.interventions import held_at_peak, swap_saturating, unfrozen, unsquashed
+from triage.experiments.interventions import held_at_peak, swap_saturating, unfrozen, unsquash, unsquashed
+from triage.experiments.loss_inputs import score_losses
 from triage.experiments.levels import loss_levels
 from triage.experiments.own_step import Candidate, OwnStep
 from triage.experiments.pace import pace_vs_run
@@ -64,6 +65,9 @@ class ReplayParams(Params):
                                                       "ones the optimizer lacks added to it.")
     unsquash: bool = Field(default=False, description="Undo a squashing output (log of softmax rows, "
                                                       "logit of sigmoid values) before the loss sees it.")
+    unsquash_scores: bool = Field(
+        default=False, description="Undo the squashing of the scores the run's loss hands a loss on raw scores "
+                                   "(binary_cross_entropy_with_logits, cross_entropy), where it receives them.")
     revive_dead: bool = Field(default=False, description="Re-initialise the ReLU units that never fire on the "
                                                          "snapshot (their producing rows), keep the rest.")
     swap_saturating: bool = Field(default=False, description="Replace sigmoid/tanh activations by ReLU (on a "
@@ -247,6 +251,8 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
             undo.enter_context(unfrozen(setup.model, setup.optimizer, setup.scheduler))
         if p.unsquash:
             undo.enter_context(unsquashed(setup.model))
+        if p.unsquash_scores:
+            undo.enter_context(score_losses(unsquash))
         peak_ratio = undo.enter_context(held_at_peak(setup.optimizer, ctx.outcomes.get(p.hold_peak_of))) \
             if p.hold_peak_of else None
         own = _own_loop(setup, p, other_loss=loss_fn is not None)

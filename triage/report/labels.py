@@ -288,6 +288,8 @@ LABELS: dict[str, tuple[str, str, str]] = {
     'shared_example_fraction': ('shared example share', '%', "Mean over ranks of the share of a rank's examples another rank also holds."),
     'shifted_copies': ('validation windows shifted from training', '', 'Val sequences that are a training sequence moved by 1-16 steps.'),
     'shifted_fraction': ('shifted-window share', '%', 'shifted_copies / val_examples.'),
+    'scores_squashed': ('scores squashed before the loss', '', 'What a loss on raw scores is handed lies in [0, 1].'),
+    'scores_unsquashed_loss': ('loss on the scores unsquashed', '', ''),
     'sharpness': ('sharpness', '', "Top eigenvalue of the loss's Hessian (preconditioned for Adam)."),
     'single_class': ('single class', '', ''),
     'single_class_batch_fraction': ('single class batch share', '%', 'Batches holding one class.'),
