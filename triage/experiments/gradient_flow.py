@@ -49,6 +49,9 @@ class GradientFlowOutcome(Outcome):
                                                     "left out by design not counted).")
     not_in_optimizer_count: int
     not_in_optimizer_fraction: float = Field(description="Of all parameter elements.")
+    outside_with_grad_fraction: float = Field(
+        default=0.0, description="Of all parameter elements, those in no optimizer that got a gradient: the "
+                                 "loss trains them, nothing steps them.")
     by_design: list[str] = Field(default_factory=list, description="Parameters that do not train on purpose: a "
                                  "PEFT model's base, or the names Setup.frozen_by_design declares.")
     by_design_fraction: float = Field(default=0.0, description="Of all parameter elements.")
@@ -107,6 +110,7 @@ def _summarise(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: f
         frozen=[n for n, _ in frozen], frozen_count=len(frozen), frozen_fraction=_elements(frozen) / total,
         not_in_optimizer=[n for n, _ in outside], not_in_optimizer_count=len(outside),
         not_in_optimizer_fraction=_elements(outside) / total,
+        outside_with_grad_fraction=_elements([(n, q) for n, q in outside if norms[n] is not None]) / total,
         by_design=[n for n, _ in designed], by_design_fraction=_elements(designed) / total, peft=is_peft(model),
         loss_has_grad=loss_has_grad,
         early_late_ratio=_early_late_ratio([norms[n] for n, q in named if q.dim() >= 2 and q.grad is not None]),

@@ -133,6 +133,11 @@ NAMED: dict[str, NamedRule] = {
         ("schedule",),
         f"$schedule.has_scheduler and $schedule.past_peak and $schedule.lr_now_ratio < {DECAYED_LR}",
         "the run has a scheduler, is past its peak, and its LR now is under 1% of the peak"),
+    # The gradient goes to parameters no optimizer holds while those it holds get none (an optimizer built
+    # on a DQN's target network instead of its Q network): the graph is not cut, the optimizer is misbuilt.
+    "optimizer_misses_the_gradient": NamedRule(
+        ("flow",), "$flow.no_grad_fraction > 0.5 and $flow.outside_with_grad_fraction > 0",
+        "over half the optimizer's parameters get no gradient, while parameters it does not hold get one"),
     "vanishing": NamedRule(
         ("flow",), f"$flow.early_late_ratio < {VANISHING} and $flow.early_late_ratio > 0",
         "the earliest layers' gradient norm is under 1% of the latest layers' (and not zero)"),

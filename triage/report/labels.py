@@ -251,6 +251,7 @@ LABELS: dict[str, tuple[str, str, str]] = {
     'params_never_changed': ('parameters never changed', '', "Trainable parameters the user's steps left exactly as they were."),
     'part': ('part', '', 'weights, buffers or optimizer.'),
     'past_peak': ('past peak', '', "The checkpoint's step is at or after the schedule's peak (a low LR before it is warmup, not decay)."),
+    'outside_with_grad_fraction': ('gradient outside the optimizer', '%', 'Parameters in no optimizer that got a gradient, of all parameter elements.'),
     'peft': ('PEFT', '', 'The model is a PEFT model (adapters on a frozen base).'),
     'points': ('points', '', "Logged points in the run's history."),
     'preconditioned': ('preconditioned', '', 'Adam-style.'),
