@@ -35,11 +35,6 @@ def to_device(batch: Any, device: str) -> Any:
     return map_tensors(batch, lambda t: t.to(device))
 
 
-def first_examples(batch: Any, n: int) -> Any:
-    """The first `n` examples of a batch: every tensor sliced along dim 0."""
-    return map_tensors(batch, lambda t: t[:n] if t.dim() > 0 else t)
-
-
 # Keys under which a loader commonly hands out each example's index in its dataset (a Dataset whose
 # __getitem__ returns it, or a collate_fn that adds it). A snapshot without one cannot name the samples.
 SAMPLE_ID_KEYS = ("index", "indices", "idx", "sample_index", "sample_indices", "sample_id", "sample_ids")

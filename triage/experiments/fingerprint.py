@@ -8,7 +8,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import torch
 
-from triage.batches import named_tensors
+from triage.batches import map_tensors, named_tensors
 
 # Floats equal to this precision count as the same example (a CSV round trip, say); -0.0 and 0.0 alike.
 ROUNDING = 1e-6
@@ -77,6 +77,68 @@ def example_rows(batch: Any) -> tuple[list[tuple[str, torch.Tensor]], Optional[s
     if isinstance(size, int) and not isinstance(size, bool) and 0 < size < n:
         return [(key, t[:size]) for key, t in rows], None
     return rows, None
+
+
+def first_examples(batch: Any, n: int) -> Any:
+    """The batch cut to its first `n` examples, as `example_rows` reads examples: a full-batch graph keeps its
+    nodes and edges and selects n of its mask's nodes; a neighbour-sampled batch keeps n seeds; a batch of
+    graphs keeps its first n graphs (their nodes, their edges, their labels); any other batch, the first n
+    rows of every tensor."""
+    from triage.experiments.probes import class_targets, input_tensor
+
+    def rows(b: Any) -> Any:
+        return map_tensors(b, lambda t: t[:n] if t.dim() > 0 else t)
+
+    x = input_tensor(batch)
+    if x is None or x.dim() == 0:
+        return rows(batch)
+    labels = class_targets(batch)
+    if labels is not None and labels.dim() >= 1 and labels.shape[0] != x.shape[0]:
+        return _first_graphs(batch, x.shape[0], labels.shape[0], n)
+    named = [(key, t) for key, t in named_tensors(batch) if t.dim() >= 1]
+    per_row = [(key, t) for key, t in named if t.shape[0] == x.shape[0]]
+    context = len(per_row) < len(named)
+    masks = [t for key, t in per_row if t.dtype == torch.bool and t.dim() == 1 and ("mask" in key.lower() or context)]
+    if masks:
+        chosen = torch.zeros_like(masks[0])
+        chosen[masks[0].nonzero().flatten()[:n]] = True
+        return map_tensors(batch, lambda t: chosen if t is masks[0] else t)
+    size = batch.get("batch_size") if isinstance(batch, dict) else None
+    if isinstance(size, int) and not isinstance(size, bool) and 0 < size < x.shape[0]:
+        return {**batch, "batch_size": min(n, size)}
+    return rows(batch)
+
+
+def _first_graphs(batch: Any, nodes: int, graphs: int, n: int) -> Any:
+    """The first n graphs of a batch of graphs (PyG's layout: each graph's nodes contiguous, a membership
+    vector `batch` of graph ids per node, an edge_index into the nodes, one label per graph, and maybe an int
+    `num_graphs`). Where the layout is not that plain, the first n rows of every tensor."""
+    member = [t for _, t in named_tensors(batch) if t.dim() == 1 and t.shape[0] == nodes and not t.is_floating_point()
+              and t.dtype != torch.bool and t.numel() and int(t.min()) == 0 and int(t.max()) == graphs - 1]
+    edges = [t for _, t in named_tensors(batch) if t.dim() == 2 and t.shape[0] == 2 and not t.is_floating_point()
+             and t.numel() and int(t.max()) < nodes]
+    if len(member) != 1 or len(edges) != 1 or nodes == graphs or not bool((member[0][1:] >= member[0][:-1]).all()):
+        return map_tensors(batch, lambda t: t[:n] if t.dim() > 0 else t)
+    kept_nodes = int((member[0] < n).sum())
+    keep = (edges[0] < kept_nodes).all(0)
+    count = edges[0].shape[1]
+
+    def cut(t: torch.Tensor) -> torch.Tensor:
+        if t is edges[0]:
+            return t[:, keep]
+        if t.dim() == 0:
+            return t
+        if t.shape[0] == nodes:
+            return t[:kept_nodes]
+        if t.shape[0] == graphs:
+            return t[:n]
+        return t[keep] if t.shape[0] == count else t
+
+    out = map_tensors(batch, cut)
+    if isinstance(out, dict):
+        out = {k: (min(n, v) if isinstance(v, int) and not isinstance(v, bool) and v == graphs else v)
+               for k, v in out.items()}
+    return out
 
 
 def examples_unreadable(batches: list[Any]) -> Optional[str]:

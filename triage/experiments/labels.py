@@ -4,7 +4,7 @@ targets unrelated to the inputs (correlation with the neighbours' targets)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from pydantic import Field
@@ -135,6 +135,8 @@ def _knn_agreement(batches: list, p: LabelCheckParams) -> tuple[Optional[float],
         x, y = input_tensor(batch, floating=True), class_targets(batch)
         if x is None:
             x = _token_counts(input_tensor(batch), y, p.max_vocabulary)
+        if x is not None and y is not None and y.dim() == 1 and x.shape[0] != y.shape[0]:
+            x = _pooled_per_graph(batch, x, y.shape[0])
         if x is None or y is None or y.dim() != 1 or x.shape[0] != y.shape[0]:
             continue
         x, y = x.reshape(x.shape[0], -1).cpu(), y.cpu()  # token counts are built on the CPU
@@ -146,7 +148,8 @@ def _knn_agreement(batches: list, p: LabelCheckParams) -> tuple[Optional[float],
             break
     if not ys:
         return None, 0
-    x, y = torch.cat(xs)[:p.knn_examples], torch.cat(ys)[:p.knn_examples]
+    x, y = _distinct(torch.cat(xs), torch.cat(ys))
+    x, y = x[:p.knn_examples], y[:p.knn_examples]
     if len(y) < 2:
         return None, 0
     x = (x - x.mean(0)) / x.std(0).clamp_min(1e-6)  # (N, D): every feature on the same scale
@@ -154,6 +157,31 @@ def _knn_agreement(batches: list, p: LabelCheckParams) -> tuple[Optional[float],
     distances.fill_diagonal_(float("inf"))
     neighbour = distances.argmin(dim=1)
     return float((y[neighbour] == y).double().mean()), len(y)
+
+
+def _distinct(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each distinct input once (its first label): a snapshot that spans epochs holds every example several
+    times, and an example's own copy would be its nearest neighbour, agreeing whatever its label."""
+    _, inverse = torch.unique(x, dim=0, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), len(inverse), dtype=torch.long).scatter_reduce(
+        0, inverse, torch.arange(len(inverse)), reduce="amin")
+    first = first.sort().values
+    return x[first], y[first]
+
+
+def _pooled_per_graph(batch: Any, x: torch.Tensor, graphs: int) -> Optional[torch.Tensor]:
+    """A batch of graphs, one label per graph: each graph's node features averaged, and its node count, as
+    the graph's features (what a pooling readout sees first). None where no membership vector (a graph id
+    per node, 0 to graphs - 1) says which nodes are whose."""
+    member = [t for _, t in named_tensors(batch) if t.dim() == 1 and t.shape[0] == x.shape[0]
+              and not t.is_floating_point() and t.dtype != torch.bool and t.numel()
+              and int(t.min()) == 0 and int(t.max()) == graphs - 1]
+    if len(member) != 1:
+        return None
+    flat = x.reshape(x.shape[0], -1).float()
+    counts = torch.zeros(graphs).index_add_(0, member[0].cpu(), torch.ones(x.shape[0]))
+    sums = torch.zeros(graphs, flat.shape[1]).index_add_(0, member[0].cpu(), flat.cpu())
+    return torch.cat([sums / counts.clamp_min(1)[:, None], counts[:, None]], 1)
 
 
 def _knn_target_correlation(batches: list, p: LabelCheckParams) -> Optional[float]:

@@ -14,11 +14,11 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from triage.batches import first_examples
 from triage.contract import Precision
 from triage.experiments.base import Context, Experiment, NotApplicable, Params
 from triage.experiments.inits import InitKind, apply_init
 from triage.experiments.dead_units import find_dead_units, revive
+from triage.experiments.fingerprint import first_examples
 from triage.experiments.interventions import held_at_peak, swap_saturating, unfrozen, unsquash, unsquashed
 from triage.experiments.loss_inputs import score_losses
 from triage.experiments.levels import loss_levels
