@@ -4,6 +4,9 @@ full-batch graph are nodes its mask selects (the graph kept whole), of a batch o
 distinct graph once."""
 
 import torch
+from torch import nn
+
+import triage
 
 from triage.experiments.fingerprint import first_examples
 from triage.experiments.labels import LabelCheckParams, _knn_agreement
@@ -63,3 +66,83 @@ def test_graph_labels_agree_with_pooled_features_and_shuffled_ones_do_not():
     chance, _ = _knn_agreement(unfair, p)
     assert used == 80 and agree > 0.9
     assert chance < 0.7
+
+
+# --- A full-batch GCN whose node labels stayed in the old order after the nodes were re-indexed ----------
+
+NODES, FEATS, CLASSES = 300, 16, 3
+
+
+def node_graph(labels_left_in_old_order: bool, seed=0):
+    """A planted-partition graph whose features and edges say the class; its nodes are re-indexed."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.arange(NODES) % CLASSES
+    x = torch.randn(NODES, FEATS, generator=g) * 0.5
+    x[torch.arange(NODES), y] += 1.5  # features say the class
+    src, dst = [], []
+    for _ in range(4 * NODES):
+        i = int(torch.randint(0, NODES, (1,), generator=g))
+        same = torch.nonzero(y == y[i]).flatten()
+        j = int(same[torch.randint(0, len(same), (1,), generator=g)]) if torch.rand(1, generator=g) < 0.9 \
+            else int(torch.randint(0, NODES, (1,), generator=g))
+        src += [i, j]
+        dst += [j, i]
+    edge_index = torch.tensor([src, dst])
+    order = torch.randperm(NODES, generator=g)  # the nodes re-indexed ...
+    x, inverse = x[order], torch.argsort(order)
+    edge_index = inverse[edge_index]
+    labels = y if labels_left_in_old_order else y[order]  # ... the bug leaves the labels in the old order
+    mask = torch.rand(NODES, generator=g)
+    return {"x": x, "edge_index": edge_index, "y": labels, "train_mask": mask < 0.6, "val_mask": mask >= 0.8}
+
+
+class GCN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(FEATS, 32), nn.Linear(32, CLASSES)
+
+    def propagate(self, h, edge_index):
+        out = torch.zeros_like(h).index_add_(0, edge_index[1], h[edge_index[0]])
+        deg = torch.zeros(h.shape[0]).index_add_(0, edge_index[1], torch.ones(edge_index.shape[1])).clamp_min(1)
+        return (out + h) / (deg[:, None] + 1)
+
+    def forward(self, x, edge_index):
+        h = torch.relu(self.l1(self.propagate(x, edge_index)))
+        return self.l2(self.propagate(h, edge_index))
+
+
+def loss_fn(model, batch):
+    out = model(batch["x"], batch["edge_index"])
+    return nn.functional.cross_entropy(out[batch["train_mask"]], batch["y"][batch["train_mask"]])
+
+
+def gcn_setup(bug):
+    def setup():
+        torch.manual_seed(0)
+        model = GCN()
+        data = node_graph(labels_left_in_old_order=bug)
+        val = {**data, "train_mask": data["val_mask"]}
+        return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.01),
+                            loss_fn=loss_fn, batches=[data], val_batches=[val])
+    return setup
+
+
+def trained_gcn(bug, steps=100):
+    s = gcn_setup(bug)()
+    for _ in range(steps):
+        s.optimizer.zero_grad()
+        loss = s.loss_fn(s.model, s.batches[0])
+        loss.backward()
+        s.optimizer.step()
+    return s, loss.item(), loss_fn(s.model, s.val_batches[0]).item()
+
+
+def test_node_labels_left_in_the_old_order_are_memorised_noise_and_called_a_label_bug(tmp_path):
+    run, train, val = trained_gcn(bug=True)
+    _, fair_train, fair_val = trained_gcn(bug=False)
+    assert val > 1.0 > 0.1 > fair_val  # stock PyTorch: the misaligned labels do not generalise
+    checkpoint = triage.save_checkpoint(tmp_path / "ckpt.pt", run.model, run.optimizer, step=100)
+    report, _ = triage.run(gcn_setup(True), checkpoint, out=tmp_path / "report")
+    labels = report.experiment("labels").outcome
+    assert labels["knn_agreement"] < labels["chance_agreement"] + 0.1
+    assert (report.root_cause, report.path[-1]) == ("label_bug", "label_bug_memorised")

@@ -114,3 +114,17 @@ def test_levelless_is_a_loss_with_neither_a_level_of_learning_nothing_nor_a_floo
 @pytest.mark.parametrize("share, kept", [(0.0, False), (0.45, False), (0.5, True), (1.0, True), (None, None)])
 def test_keeps_gradients_is_half_the_steps_of_one_optimizer_on_a_gradient_never_reset(share, kept):
     assert decide("keeps_gradients(n)", {("n", "stale_gradient_share"): share}) is kept
+
+
+@pytest.mark.parametrize("knn, chance, at_chance", [(0.29, 0.33, True), (0.42, 0.33, True), (0.44, 0.33, False),
+                                                    (None, None, None)])
+def test_labels_at_chance_is_neighbour_agreement_within_a_tenth_of_chance(knn, chance, at_chance):
+    figures = {("n", "is_classification"): True, ("n", "knn_agreement"): knn, ("n", "chance_agreement"): chance}
+    assert decide("labels_at_chance(n)", figures) is at_chance
+    assert decide("labels_at_chance(n)", {**figures, ("n", "is_classification"): False}) is False
+
+
+def test_targets_carry_nothing_reads_the_neighbours_target_correlation():
+    figures = {("n", "is_classification"): False, ("n", "knn_target_correlation"): 0.05}
+    assert decide("targets_carry_nothing(n)", figures) is True
+    assert decide("targets_carry_nothing(n)", {**figures, ("n", "knn_target_correlation"): 0.6}) is False

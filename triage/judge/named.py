@@ -46,6 +46,11 @@ VANISHING = 0.01
 SHRANK_OVER_REPLAY = 0.8
 SHRANK_SINCE_INIT = 0.5
 MEMORISES = 0.5  # a replay on 2 examples halves its loss: the model can learn what it is given
+# Labels that carry no signal about the inputs (label_check's leave-one-out nearest neighbour): a
+# classifier's neighbours agree on the label within 0.1 of chance agreement; a regressor's target
+# correlates under 0.1 with its neighbours' (a real one correlates well above it).
+KNN_OVER_CHANCE = 0.1
+KNN_TARGET_CORRELATION = 0.1
 # Validation during a replay: ends 10% above its best (a logged val loss's noise stays within a few percent)
 # and above where the replay started it. A val loss that wobbles and ends below its start has not risen.
 VAL_ABOVE_BEST = 1.1
@@ -145,6 +150,12 @@ NAMED: dict[str, NamedRule] = {
         ("replay", "init"),
         f"$replay.weight_norm_ratio < {SHRANK_OVER_REPLAY} or $init.weight_norm_vs_init < {SHRANK_SINCE_INIT}",
         "the weights' norm fell 20% over the replay, or is under half of setup()'s fresh init's"),
+    "labels_at_chance": NamedRule(
+        ("labels",), f"$labels.is_classification and $labels.knn_agreement < $labels.chance_agreement + {KNN_OVER_CHANCE}",
+        "a classifier's labels: nearest neighbours in input space agree on them no more than chance (+0.1)"),
+    "targets_carry_nothing": NamedRule(
+        ("labels",), f"not $labels.is_classification and $labels.knn_target_correlation < {KNN_TARGET_CORRELATION}",
+        "a regressor's targets correlate under 0.1 with those of their nearest neighbours in input space"),
     # Or it ends under half the loss of learning nothing: a model that already nearly fits the two examples
     # (a tabular net starting at 0.29 on them, chance 0.67) has little left to halve.
     "memorises": NamedRule(
