@@ -59,9 +59,9 @@ class OutputCheckOutcome(Outcome):
                                   "what the model already squashed (sigmoid into BCEWithLogits, ...).")
     standard_rule: Optional[str] = Field(
         default=None, description="The standard loss for these outputs and targets: cross_entropy (raw scores, "
-                                  "class targets), binary_cross_entropy (0/1 targets; _on_probabilities when "
-                                  "the model squashes its output) or mse (raw values, float targets); None "
-                                  "when none pairs.")
+                                  "class targets), soft_cross_entropy (target distributions), "
+                                  "binary_cross_entropy (0/1 targets; _on_probabilities when the model squashes "
+                                  "its output) or mse (raw values, float targets); None when none pairs.")
     standard_loss: Optional[float] = Field(default=None, description="That loss at the checkpoint (eval mode).")
     loss_vs_standard: Optional[float] = Field(
         default=None, description="The run's own loss / the standard loss, on the same forwards: 1 when the "

@@ -34,9 +34,11 @@ from triage.experiments.training import autocast, loss_value, start_end
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, verification
 from triage.views import Curve, Line
 
-Rule = Literal["cross_entropy", "binary_cross_entropy", "binary_cross_entropy_on_probabilities", "mse"]
+Rule = Literal["cross_entropy", "soft_cross_entropy", "binary_cross_entropy", "binary_cross_entropy_on_probabilities",
+               "mse"]
 
 RULE_WORDS = {"cross_entropy": "cross-entropy on the raw scores",
+              "soft_cross_entropy": "cross-entropy on the raw scores against the target distributions",
               "binary_cross_entropy": "binary cross-entropy on the raw outputs as logits",
               "binary_cross_entropy_on_probabilities": "binary cross-entropy on the outputs as probabilities",
               "mse": "MSE on the raw outputs"}
@@ -61,8 +63,22 @@ def _standard_rule(session: Any) -> Optional[Rule]:
         squashed = output is not None and bool(((output >= 0) & (output <= 1)).all())
         return "binary_cross_entropy_on_probabilities" if squashed else "binary_cross_entropy"
     if levels.kind == "regression":
-        return "mse"
+        return "soft_cross_entropy" if _distributions(session.batches[:PROBE_BATCHES]) else "mse"
     return None
+
+
+def _distributions(batches: list[Any]) -> bool:
+    """Every batch's target is a row of K >= 2 probabilities summing to 1 (mixup, label smoothing, a
+    teacher's softmax): the loss of such targets is a cross-entropy, whose floor is their entropy, and MSE's
+    values say nothing of it."""
+    for batch in batches:
+        target = regression_target(batch, None)
+        if target is None or target.dim() < 2 or target.shape[-1] < 2:
+            return False
+        rows = target.reshape(-1, target.shape[-1]).float()
+        if not bool(((rows >= 0) & (rows <= 1)).all() and ((rows.sum(-1) - 1).abs() <= 1e-3).all()):
+            return False
+    return True
 
 
 def standard_loss(rule: Rule, output: Any, batch: Any) -> Optional[torch.Tensor]:
@@ -79,6 +95,9 @@ def standard_loss(rule: Rule, output: Any, batch: Any) -> Optional[torch.Tensor]
     target = regression_target(batch, output.numel())
     if target is None:
         return None
+    if rule == "soft_cross_entropy":
+        k = output.shape[-1]
+        return F.cross_entropy(output.reshape(-1, k).float(), target.reshape(-1, k).to(output.device).float())
     output, target = output.reshape(-1).float(), target.reshape(-1).to(output.device).float()
     if rule == "binary_cross_entropy":
         return F.binary_cross_entropy_with_logits(output, target)
@@ -138,6 +157,8 @@ def _standard_levels(session: Any, rule: Rule) -> LossLevels:
         return LossLevels(kind=run_levels.kind)
     if rule == "mse":
         return LossLevels(kind="regression", constant=constant_loss(scorer, batches, mean))
+    if rule == "soft_cross_entropy":  # the best constant: the mean target distribution, as logits
+        return LossLevels(kind="regression", constant=constant_loss(scorer, batches, mean.clamp_min(EPS).log()))
     return LossLevels(kind="binary", constant=best_constant_loss(scorer, batches, binary_constants(mean)))
 
 
@@ -194,7 +215,8 @@ class StandardLossOutcome(ReplayOutcome):
     was scored by the same loss (`run_losses`, its end window `reference_end`): `against` stays None, the
     pairing is inside."""
 
-    rule: Rule = Field(description="cross_entropy: on the raw scores and class targets; binary_cross_entropy: "
+    rule: Rule = Field(description="cross_entropy: on the raw scores and class targets; soft_cross_entropy: "
+                                   "against target distributions (rows of probabilities); binary_cross_entropy: "
                                    "0/1 targets, on the raw outputs as logits (or _on_probabilities); mse: on "
                                    "the raw outputs.")
     run_losses: list[float] = Field(description="The run as it was, replayed from the same start on its own "
