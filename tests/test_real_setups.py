@@ -416,14 +416,14 @@ def test_a_long_window_replays_the_lr_factor_the_search_chose():
     session.restore()
     ctx.outcomes["baseline"] = REPLAY.measure(ctx, baseline)
     chosen = ctx.outcomes["baseline"].model_dump()
-    ctx.outcomes["higher_lr"] = LrSearchOutcome(**chosen, lr_factor=1000.0)
+    ctx.outcomes["higher_lr"] = LrSearchOutcome(**{**chosen, "lr_factor": 1000.0})
     session.restore()
     long = REPLAY.measure(ctx, ReplayParams(steps=30, lr_factor_of="higher_lr", against="baseline"))
     assert long.lrs[0] == pytest.approx(0.1) and long.steps_run == 30 and long.reference_steps == 30
     assert long.fix_works
     session.restore()
-    with pytest.raises(NotApplicable, match="measured no LR factor"):
-        REPLAY.measure(ctx, ReplayParams(steps=5, lr_factor_of="baseline", against="baseline"))
+    with pytest.raises(NotApplicable, match="measured no LR factor"):  # a node that never ran
+        REPLAY.measure(ctx, ReplayParams(steps=5, lr_factor_of="higher_lr_long", against="baseline"))
 
 
 def test_a_loop_bug_is_verified_by_the_reference_loop_before_it_says_high(tmp_path):
