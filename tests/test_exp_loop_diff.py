@@ -206,33 +206,27 @@ def test_the_accumulation_fix_quotes_the_growth_measured(tmp_path):
     assert f"each step applied {growth:.4g}x a fresh gradient" in report.fix
 
 
-def gan_step_d_never_reset(model, optimizers, batch):
-    """The DCGAN loop with netD.zero_grad() dropped: D's step sums every earlier D gradient, G's pass included."""
-    model.train()
-    (real,) = batch
-    d_loss, _ = gan_losses(model, real)
-    d_loss.backward()
-    optimizers["D"].step()
-    _, g_loss = gan_losses(model, real)
-    model["G"].zero_grad()
-    g_loss.backward()
-    optimizers["G"].step()
-    return d_loss.detach() + g_loss.detach()
+def dcgan_step(reset_d: bool):
+    """The DCGAN loop, each network reset through its module (netD.zero_grad(), as the example does), or with
+    netD.zero_grad() dropped: D's step then sums every earlier D gradient, G's pass through D included."""
+    def step(model, optimizers, batch):
+        model.train()
+        (real,) = batch
+        if reset_d:
+            model["D"].zero_grad()
+        d_loss, _ = gan_losses(model, real)
+        d_loss.backward()
+        optimizers["D"].step()
+        _, g_loss = gan_losses(model, real)
+        model["G"].zero_grad()
+        g_loss.backward()
+        optimizers["G"].step()
+        return d_loss.detach() + g_loss.detach()
+    return step
 
 
-def gan_step_module_zero_grad(model, optimizers, batch):
-    """The same loop resetting each network through its module (netD.zero_grad()), as the DCGAN example does."""
-    model.train()
-    (real,) = batch
-    model["D"].zero_grad()
-    d_loss, _ = gan_losses(model, real)
-    d_loss.backward()
-    optimizers["D"].step()
-    _, g_loss = gan_losses(model, real)
-    model["G"].zero_grad()
-    g_loss.backward()
-    optimizers["G"].step()
-    return d_loss.detach() + g_loss.detach()
+gan_step_d_never_reset = dcgan_step(reset_d=False)
+gan_step_module_zero_grad = dcgan_step(reset_d=True)
 
 
 @pytest.mark.parametrize("step, share", [(gan_step, 0.0), (gan_step_module_zero_grad, 0.0),

@@ -403,8 +403,9 @@ def test_a_replay_on_another_loss_runs_the_reference_loop_and_says_so():
 
 def test_reduce_lr_on_plateau_stepped_per_batch_down_to_nothing_is_found_in_its_lr(tmp_path):
     """An epoch-level ReduceLROnPlateau stepped on every batch's loss with patience 0: ten reductions in a
-    dozen batches take the LR from 0.1 to 1e-8 (its eps stops it there), and the run stalls far from trained. The plateau
-    scheduler has no trace to replay, but an LR under its start was reduced from it: past its peak."""
+    dozen batches take the LR from 0.1 to 1e-8 (its eps stops it there), and the run stalls far from
+    trained. The plateau scheduler has no trace to replay, but an LR under its start was reduced from it:
+    past its peak."""
     def factory():
         setup = classifier_setup(lr=0.1)
         plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(setup.optimizer, patience=0, factor=0.1,

@@ -151,7 +151,8 @@ NAMED: dict[str, NamedRule] = {
         f"$replay.weight_norm_ratio < {SHRANK_OVER_REPLAY} or $init.weight_norm_vs_init < {SHRANK_SINCE_INIT}",
         "the weights' norm fell 20% over the replay, or is under half of setup()'s fresh init's"),
     "labels_at_chance": NamedRule(
-        ("labels",), f"$labels.is_classification and $labels.knn_agreement < $labels.chance_agreement + {KNN_OVER_CHANCE}",
+        ("labels",),
+        f"$labels.is_classification and $labels.knn_agreement < $labels.chance_agreement + {KNN_OVER_CHANCE}",
         "a classifier's labels: nearest neighbours in input space agree on them no more than chance (+0.1)"),
     "targets_carry_nothing": NamedRule(
         ("labels",), f"not $labels.is_classification and $labels.knn_target_correlation < {KNN_TARGET_CORRELATION}",
