@@ -283,15 +283,3 @@ def test_a_candidate_that_does_not_apply_is_not_tried_and_says_why(tmp_path):
     assert result.runs["unfreeze"].status == "not_applicable"
     assert "no optimizer to add the parameters to" in result.runs["unfreeze"].error
     assert result.leaf.diagnosis == "lr_too_high" and decision.confidence == "medium"
-
-
-def test_an_lr_fix_over_a_run_that_moved_no_weight_at_all_claims_medium_at_most():
-    """The PINN whose LBFGS closure sums its gradients over its calls: at its own LR not one weight moves,
-    at x1000 they do. An LR too low still moves them a little; a step that leaves them bit for bit is not
-    held back by its LR (the real-programs benchmark's pinn_lbfgs: lr_too_low, high, before)."""
-    from triage.judge.differential import lr_cannot_explain
-
-    assert lr_cannot_explain(1000.0, 0.0) is not None
-    assert lr_cannot_explain(1000.0, 1e-6) is None  # a too-low LR moving them slightly
-    assert lr_cannot_explain(1.0, 0.0) is None  # not an LR fix
-    assert lr_cannot_explain(None, 0.0) is None and lr_cannot_explain(10.0, None) is None

@@ -3,7 +3,7 @@ where the abnormality a candidate repairs was measured), the lowest score within
 of another cause at that tier ends about as low, or where a candidate relevant to the symptom was not
 measured to its end; never more than the winner's own `confidence:` (a drastic change that won with
 nothing measured for it to repair), nor than medium where the LR that trained is over FAR_FACTOR away
-from the run's own, or the run it is paired with moved no weight at all; low where no fix works."""
+from the run's own; low where no fix works."""
 
 from __future__ import annotations
 
@@ -30,17 +30,6 @@ def far_fetched(lr_factor: object) -> Optional[str]:
     return (f"the LR that trained is x{lr_factor:g} the run's own, over {FAR_FACTOR:g}x away: a loop or a "
             "loss that scales the step (gradients summed over calls, a sum where a mean was meant) is as "
             "likely as a mistyped LR")
-
-
-def lr_cannot_explain(lr_factor: object, reference_update_ratio: object) -> Optional[str]:
-    """Why an LR fix may claim medium at most where the run it is paired with moved no weight at all: an LR
-    too low still moves them a little (a step at 1/1000 of a good LR moves them by 1/1000 of its move, far
-    above float resolution); a step that leaves every weight bit for bit where it was (an LBFGS closure that
-    sums its gradients over its calls) is not held back by its LR."""
-    if not isinstance(lr_factor, (int, float)) or lr_factor == 1 or reference_update_ratio != 0:
-        return None
-    return ("the run as it was left every weight exactly where it was (update ratio 0), which no learning rate "
-            "explains: its step is suspect")
 
 
 def tier_of(declared: int, abnormal: Optional[bool]) -> int:

@@ -27,7 +27,7 @@ from triage.experiments import Context, NotApplicable, Outcome
 from triage.experiments.levels import loss_levels
 from triage.walk.forked import Candidates, OneByOne, TwoAtOnce, can_fork, training_state_bytes
 from triage.judge.decay import decay_reach
-from triage.judge.differential import far_fetched, judge_candidates, lr_cannot_explain, outranked, tier_of
+from triage.judge.differential import far_fetched, judge_candidates, outranked, tier_of
 from triage.walk.playbook import Playbook
 from triage.records import CandidateResult, Clause, Confidence, Decision, ExperimentRun, SetupFacts
 from triage.walk.playbook.schema import DecisionNode, DifferentialNode, LeafNode, RunNode
@@ -466,12 +466,8 @@ def _ended(candidate: CandidateResult, read, spec: DifferentialNode) -> Candidat
     if status != "ok":
         return candidate.model_copy(update={"status": status, "tried": status != "not_applicable"})
     update = {"status": status, **_verdict(read(candidate.id, spec.works), read(candidate.id, spec.score))}
-    # How far the LR had to move (the nearest working trial of a search, else the factor replayed), and
-    # whether the run it is paired with moved its weights at all.
-    factor = read(candidate.id, "least_working_factor") or read(candidate.id, "lr_factor")
-    against = read(candidate.id, "against")
-    reason = far_fetched(factor) or (lr_cannot_explain(factor, read(against, "update_ratio"))
-                                     if isinstance(against, str) else None)
+    # How far the LR had to move: the nearest working trial of a search, else the factor replayed.
+    reason = far_fetched(read(candidate.id, "least_working_factor") or read(candidate.id, "lr_factor"))
     if reason is not None:
         update |= {"cap": "low" if candidate.cap == "low" else "medium", "cap_reason": reason}
     return candidate.model_copy(update=update)
