@@ -5,7 +5,8 @@ what the figures mean: whether a counterfactual's fix works (fix.py, DESIGN §4)
 must end below (levels.py), whether a fix that is not verified yet deserves more steps (extension.py),
 which candidate of a differential wins and how sure that is (differential.py), how far weight decay
 can have shrunk the weights (decay.py), the symptom rules a playbook calls by name, `stalls(baseline)`
-(named.py), and when a search over the LR or the init stops and which trial it chooses (search.py).
+(named.py), when a search over the LR or the init stops and which trial it chooses (search.py), and what
+a run's own loss log says (history.py, for `triage read-history`).
 A change to "what counts as fixed" is made here and nowhere else. It imports only the foundation (and torch, to read an optimizer's settings): no experiment, no
 walk, no report.
 """

@@ -26,15 +26,11 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from triage.flight.triggers import Trigger, TriggerSettings, TriggerWatch
+from triage.judge.history import DIVERGE_MIN_REL, PLATEAU_REL, SWING_REL, gave_back, oscillates, stalled
 from triage.load.history import HistoryPoint
 
 Symptom = Literal["diverged", "plateau", "oscillating", "healthy"]
-MIN_POINTS = 10
-DIVERGE_SHARE = 0.5   # of the gain from the start to the best, given back
-DIVERGE_MIN_REL = 0.1  # of the best's size, at least
-SWING_REL = 0.5       # of the level: the oscillation's 10th-90th percentile residual range
-SWING_GROWTH = 2.0    # times the swing over the log's first quarter
-PLATEAU_REL = 0.01    # of the level: the least fall over the last third that counts as progress
+MIN_POINTS = 10  # a curve of fewer points is not read
 
 
 class Reading(BaseModel):
@@ -83,8 +79,7 @@ def read_curve(points: list[HistoryPoint]) -> Optional[Reading]:
     quarter = max(window, len(finite) // 4)
     early = [v - s for v, s in zip(finite[:quarter], smooth[:quarter])]
     early_swing = percentile(early, 0.9) - percentile(early, 0.1)
-    # A swing the run had from its start is its batch noise (large beside a loss near its floor), not a change.
-    if swing > SWING_REL * level and swing > SWING_GROWTH * early_swing and abs(gained) < swing:
+    if oscillates(swing, level, early_swing, gained):
         onset = swing_start(finite, smooth, SWING_REL * level, window)
         return Reading(symptom="oscillating", started=steps[onset], **base,
                        detail=f"over steps {steps[half]}-{steps[-1]} the loss swung {fig(swing)} around its trend "
@@ -92,8 +87,7 @@ def read_curve(points: list[HistoryPoint]) -> Optional[Reading]:
                               f"trend {moved(gained)}")
     best_at = min(range(len(smooth)), key=smooth.__getitem__)
     best = smooth[best_at]
-    given_back = end - best
-    if given_back > DIVERGE_SHARE * (start - best) and given_back > DIVERGE_MIN_REL * abs(best):
+    if gave_back(start, best, end):
         onset = rise_start(smooth)
         return Reading(symptom="diverged", started=steps[onset], **base,
                        detail=f"the loss fell from {fig(start)} to {fig(best)} (smoothed, step {steps[best_at]}) and "
@@ -108,7 +102,7 @@ def read_curve(points: list[HistoryPoint]) -> Optional[Reading]:
     # Two medians of n/2 noisy points differ by chance with a standard error of ~1.25 sigma sqrt(4/n).
     sigma = 1.4826 * percentile([abs(v - s) for v, s in zip(third, smooth[-len(third):])], 0.5)
     chance = 2 * 1.25 * sigma * math.sqrt(4 / len(third))
-    if fell < max(PLATEAU_REL * abs(end or 1e-12), chance):
+    if stalled(fell, end, chance):
         tail = smooth[-len(third):]
         onset = plateau_start(smooth, end, max(PLATEAU_REL * abs(end), 1.5 * (max(tail) - min(tail))))
         return Reading(symptom="plateau", started=steps[onset], **base,
