@@ -4,7 +4,7 @@ per example. Equal digests mean byte-identical contents."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, NamedTuple, Optional
 
 import torch
 
@@ -44,6 +44,37 @@ def order_digest(batches: Iterable[Any], limit: int) -> list[bytes]:
     return out
 
 
+class _Layout(NamedTuple):
+    """How a batch holds its examples (example_rows' rules), read once for both its readers."""
+
+    rows: list[tuple[str, torch.Tensor]]  # every tensor with one row per input row
+    mask: Optional[tuple[str, torch.Tensor]]  # a 1-D bool tensor that selects the examples among the rows
+    seeds: Optional[int]  # a neighbour-sampled batch's batch_size: its first rows are the examples
+    not_rows: Optional[str]  # why the examples are not rows (then the other fields say nothing)
+    graphs: Optional[int]  # labels of another first dimension than the inputs: one per graph
+
+
+def _layout(batch: Any) -> _Layout:
+    from triage.experiments.probes import class_targets, input_tensor
+
+    x = input_tensor(batch)
+    if x is None or x.dim() == 0:
+        return _Layout([], None, None, "the batch has no input tensor with a row per example", None)
+    n = x.shape[0]
+    labels = class_targets(batch)
+    if labels is not None and labels.dim() >= 1 and labels.shape[0] != n:
+        return _Layout([], None, None, f"its labels ({labels.shape[0]}) are not one per input row ({n}): each "
+                                       "example spans several rows (a batch of graphs, say)", labels.shape[0])
+    named = [(key, t) for key, t in named_tensors(batch) if t.dim() >= 1]
+    rows = [(key, t) for key, t in named if t.shape[0] == n]
+    context = len(rows) < len(named)
+    masks = [(key, t) for key, t in rows
+             if t.dtype == torch.bool and t.dim() == 1 and ("mask" in key.lower() or context)]
+    size = batch.get("batch_size") if isinstance(batch, dict) else None
+    seeds = size if isinstance(size, int) and not isinstance(size, bool) and 0 < size < n else None
+    return _Layout(rows, masks[0] if masks else None, seeds, None, None)
+
+
 def example_rows(batch: Any) -> tuple[list[tuple[str, torch.Tensor]], Optional[str]]:
     """A batch's examples as the model reads them: every tensor that holds one row per example, cut to the
     batch's own examples; or, where its examples are not rows, no tensors and the reason.
@@ -55,28 +86,16 @@ def example_rows(batch: Any) -> tuple[list[tuple[str, torch.Tensor]], Optional[s
     (PyG's NeighborLoader). Labels with another first dimension than the inputs (one per graph of a batch
     of graphs) mean the rows are parts of examples, which no row can stand for.
     """
-    from triage.experiments.probes import class_targets, input_tensor
-
-    x = input_tensor(batch)
-    if x is None or x.dim() == 0:
-        return [], "the batch has no input tensor with a row per example"
-    n = x.shape[0]
-    labels = class_targets(batch)
-    if labels is not None and labels.dim() >= 1 and labels.shape[0] != n:
-        return [], (f"its labels ({labels.shape[0]}) are not one per input row ({n}): each example spans "
-                    "several rows (a batch of graphs, say)")
-    named = [(key, t) for key, t in named_tensors(batch) if t.dim() >= 1]
-    rows = [(key, t) for key, t in named if t.shape[0] == n]
-    context = len(rows) < len(named)
-    masks = [(key, t) for key, t in rows
-             if t.dtype == torch.bool and t.dim() == 1 and ("mask" in key.lower() or context)]
-    if masks:
-        chosen = masks[0][1].nonzero().flatten()
-        return [(key, t[chosen]) for key, t in rows if key != masks[0][0]], None
-    size = batch.get("batch_size") if isinstance(batch, dict) else None
-    if isinstance(size, int) and not isinstance(size, bool) and 0 < size < n:
-        return [(key, t[:size]) for key, t in rows], None
-    return rows, None
+    layout = _layout(batch)
+    if layout.not_rows is not None:
+        return [], layout.not_rows
+    if layout.mask is not None:
+        key, mask = layout.mask
+        chosen = mask.nonzero().flatten()
+        return [(k, t[chosen]) for k, t in layout.rows if k != key], None
+    if layout.seeds is not None:
+        return [(key, t[:layout.seeds]) for key, t in layout.rows], None
+    return layout.rows, None
 
 
 def first_examples(batch: Any, n: int) -> Any:
@@ -84,42 +103,45 @@ def first_examples(batch: Any, n: int) -> Any:
     nodes and edges and selects n of its mask's nodes; a neighbour-sampled batch keeps n seeds; a batch of
     graphs keeps its first n graphs (their nodes, their edges, their labels); any other batch, the first n
     rows of every tensor."""
+    layout = _layout(batch)
+    if layout.graphs is not None:
+        return _first_graphs(batch, n)
+    if layout.mask is not None:
+        mask = layout.mask[1]
+        chosen = torch.zeros_like(mask)
+        chosen[mask.nonzero().flatten()[:n]] = True
+        return map_tensors(batch, lambda t: chosen if t is mask else t)
+    if layout.seeds is not None:
+        return {**batch, "batch_size": min(n, layout.seeds)}
+    return _first_rows(batch, n)
+
+
+def _first_rows(batch: Any, n: int) -> Any:
+    return map_tensors(batch, lambda t: t[:n] if t.dim() > 0 else t)
+
+
+def graph_membership(batch: Any, nodes: int, graphs: int) -> Optional[torch.Tensor]:
+    """A batch of graphs' membership vector (PyG's `batch`): the one integer tensor with a graph id, 0 to
+    graphs - 1, per node; None where there is not exactly one."""
+    member = [t for _, t in named_tensors(batch) if t.dim() == 1 and t.shape[0] == nodes
+              and not t.is_floating_point() and t.dtype != torch.bool and t.numel()
+              and int(t.min()) == 0 and int(t.max()) == graphs - 1]
+    return member[0] if len(member) == 1 else None
+
+
+def _first_graphs(batch: Any, n: int) -> Any:
+    """The first n graphs of a batch of graphs (PyG's layout: each graph's nodes contiguous, a membership
+    vector, an edge_index into the nodes, one label per graph, and maybe an int `num_graphs`). Where the
+    layout is not that plain, the first n rows of every tensor."""
     from triage.experiments.probes import class_targets, input_tensor
 
-    def rows(b: Any) -> Any:
-        return map_tensors(b, lambda t: t[:n] if t.dim() > 0 else t)
-
-    x = input_tensor(batch)
-    if x is None or x.dim() == 0:
-        return rows(batch)
-    labels = class_targets(batch)
-    if labels is not None and labels.dim() >= 1 and labels.shape[0] != x.shape[0]:
-        return _first_graphs(batch, x.shape[0], labels.shape[0], n)
-    named = [(key, t) for key, t in named_tensors(batch) if t.dim() >= 1]
-    per_row = [(key, t) for key, t in named if t.shape[0] == x.shape[0]]
-    context = len(per_row) < len(named)
-    masks = [t for key, t in per_row if t.dtype == torch.bool and t.dim() == 1 and ("mask" in key.lower() or context)]
-    if masks:
-        chosen = torch.zeros_like(masks[0])
-        chosen[masks[0].nonzero().flatten()[:n]] = True
-        return map_tensors(batch, lambda t: chosen if t is masks[0] else t)
-    size = batch.get("batch_size") if isinstance(batch, dict) else None
-    if isinstance(size, int) and not isinstance(size, bool) and 0 < size < x.shape[0]:
-        return {**batch, "batch_size": min(n, size)}
-    return rows(batch)
-
-
-def _first_graphs(batch: Any, nodes: int, graphs: int, n: int) -> Any:
-    """The first n graphs of a batch of graphs (PyG's layout: each graph's nodes contiguous, a membership
-    vector `batch` of graph ids per node, an edge_index into the nodes, one label per graph, and maybe an int
-    `num_graphs`). Where the layout is not that plain, the first n rows of every tensor."""
-    member = [t for _, t in named_tensors(batch) if t.dim() == 1 and t.shape[0] == nodes and not t.is_floating_point()
-              and t.dtype != torch.bool and t.numel() and int(t.min()) == 0 and int(t.max()) == graphs - 1]
+    nodes, graphs = input_tensor(batch).shape[0], class_targets(batch).shape[0]
+    member = graph_membership(batch, nodes, graphs)
     edges = [t for _, t in named_tensors(batch) if t.dim() == 2 and t.shape[0] == 2 and not t.is_floating_point()
              and t.numel() and int(t.max()) < nodes]
-    if len(member) != 1 or len(edges) != 1 or nodes == graphs or not bool((member[0][1:] >= member[0][:-1]).all()):
-        return map_tensors(batch, lambda t: t[:n] if t.dim() > 0 else t)
-    kept_nodes = int((member[0] < n).sum())
+    if member is None or len(edges) != 1 or nodes == graphs or not bool((member[1:] >= member[:-1]).all()):
+        return _first_rows(batch, n)
+    kept_nodes = int((member < n).sum())
     keep = (edges[0] < kept_nodes).all(0)
     count = edges[0].shape[1]
 
@@ -150,6 +172,12 @@ def examples_unreadable(batches: list[Any]) -> Optional[str]:
     return None
 
 
+def _rounded(tensor: torch.Tensor) -> torch.Tensor:
+    """On the CPU, floats rounded to ROUNDING (+ 0.0: -0.0 becomes 0.0, and hashes alike); others as they are."""
+    data = tensor.detach().cpu()
+    return torch.round(data.double() / ROUNDING) + 0.0 if data.is_floating_point() else data
+
+
 def example_digests(batches: list[Any], limit: Optional[int] = None) -> Iterator[bytes]:
     """One digest per example: its row of every tensor that holds one (`example_rows`), with the tensors'
     keys, floats rounded to ROUNDING; at most `limit` (None: all). A batch whose examples are not rows
@@ -161,10 +189,7 @@ def example_digests(batches: list[Any], limit: Optional[int] = None) -> Iterator
             continue
         flat = []
         for key, tensor in rows:
-            data = tensor.detach().reshape(tensor.shape[0], -1).cpu()
-            if data.is_floating_point():
-                data = torch.round(data.double() / ROUNDING) + 0.0  # + 0.0: -0.0 becomes 0.0, and hashes alike
-            flat.append((key.encode(), data.numpy()))
+            flat.append((key.encode(), _rounded(tensor.reshape(tensor.shape[0], -1)).numpy()))
         for i in range(flat[0][1].shape[0]):
             if limit is not None and count == limit:
                 return
@@ -196,10 +221,7 @@ def sequence_rows(batches: list[Any]) -> Iterator[torch.Tensor]:
                        and t.dtype == x.dtype), None)
         if chosen is None or chosen.dim() < 2 or chosen.shape[1] < MIN_STEPS:
             continue
-        data = chosen.detach().cpu()
-        if data.is_floating_point():
-            data = torch.round(data.double() / ROUNDING) + 0.0
-        yield from data
+        yield from _rounded(chosen)
 
 
 def window_digests(row: torch.Tensor, side: str) -> Iterator[bytes]:

@@ -10,6 +10,7 @@ import torch
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.fingerprint import graph_membership
 from triage.experiments.levels import regression_target
 from triage.batches import named_tensors
 from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, loss_reads, model_output
@@ -173,14 +174,12 @@ def _pooled_per_graph(batch: Any, x: torch.Tensor, graphs: int) -> Optional[torc
     """A batch of graphs, one label per graph: each graph's node features averaged, and its node count, as
     the graph's features (what a pooling readout sees first). None where no membership vector (a graph id
     per node, 0 to graphs - 1) says which nodes are whose."""
-    member = [t for _, t in named_tensors(batch) if t.dim() == 1 and t.shape[0] == x.shape[0]
-              and not t.is_floating_point() and t.dtype != torch.bool and t.numel()
-              and int(t.min()) == 0 and int(t.max()) == graphs - 1]
-    if len(member) != 1:
+    member = graph_membership(batch, x.shape[0], graphs)
+    if member is None:
         return None
     flat = x.reshape(x.shape[0], -1).float()
-    counts = torch.zeros(graphs).index_add_(0, member[0].cpu(), torch.ones(x.shape[0]))
-    sums = torch.zeros(graphs, flat.shape[1]).index_add_(0, member[0].cpu(), flat.cpu())
+    counts = torch.zeros(graphs).index_add_(0, member.cpu(), torch.ones(x.shape[0]))
+    sums = torch.zeros(graphs, flat.shape[1]).index_add_(0, member.cpu(), flat.cpu())
     return torch.cat([sums / counts.clamp_min(1)[:, None], counts[:, None]], 1)
 
 

@@ -96,14 +96,14 @@ def reason(decision: Decision, causes: dict[str, str]) -> str:
                 + unfinished)
     name = causes.get(winner.then, winner.then)
     text = f"{winner.id} ({name}) wins: its fix works"
-    unfinished += f" Medium confidence at most: {winner.cap_reason}." if winner.cap_reason else ""
+    capped = f" Medium confidence at most: {winner.cap_reason}." if winner.cap_reason else ""
     outranked = [c.id for c in decision.candidates if c.outranked]
     skipped = (f" Not run, as a fix of a lower tier already worked: {', '.join(outranked)}." if outranked
                else "")
     working = [c for c in tried if c.works and c is not winner]
     rivals = [c for c in working if causes.get(c.then, c.then) != name]
     if not rivals:
-        return text + " and no competing cause's fix does." + skipped + unfinished
+        return text + " and no competing cause's fix does." + skipped + unfinished + capped
     lower_tier = [c.id for c in rivals if c.tier > winner.tier]
     same_tier = [c.id for c in rivals if c.tier == winner.tier]
     parts = []
@@ -115,7 +115,7 @@ def reason(decision: Decision, causes: dict[str, str]) -> str:
     close = [c.id for c in rivals if c.also_works]
     tail = (f"; {', '.join(close)} came close, so the verdict is medium confidence" if close
             else "; every competitor ended clearly worse")
-    return f"{text}; " + "; ".join(parts) + tail + "." + skipped + unfinished
+    return f"{text}; " + "; ".join(parts) + tail + "." + skipped + unfinished + capped
 
 
 def _paired(run: Optional[ExperimentRun]) -> bool:
