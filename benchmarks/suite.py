@@ -44,6 +44,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep triage's reports here (one folder per case)")
     parser.add_argument("--cache", type=Path, help="checkpoints and verdicts (default ~/.cache/triage/suite)")
     parser.add_argument("--no-triage", action="store_true", help="generate and validate only")
+    parser.add_argument("--no-race", action="store_true", help="every candidate fix to its last step (triage run --no-race)")
     args = parser.parse_args()
 
     if args.axis or (args.family and set(args.family) <= set(BLIND_FAMILY_NAMES)):
@@ -65,7 +66,7 @@ def main() -> None:
 
     started = time.perf_counter()
     results = []
-    for i, result in enumerate(run_cases(specs, args.workers, args.cache, args.keep, not args.no_triage), 1):
+    for i, result in enumerate(run_cases(specs, args.workers, args.cache, args.keep, not args.no_triage, not args.no_race), 1):
         results.append(result)
         print(f"[{i:3d}/{len(specs)}] {_line(result)}", flush=True)
     wall = time.perf_counter() - started

@@ -229,11 +229,11 @@ def test_cache_reuses_the_verdict_and_checkpoint(tmp_path):
 
 
 def test_runner_triages_a_valid_case_in_process(tmp_path):
-    result = run_case(("lr_too_high-mlp-sgd-severe-0", str(tmp_path / "cache"), str(tmp_path / "reports"), True))
+    result = run_case(("lr_too_high-mlp-sgd-severe-0", str(tmp_path / "cache"), str(tmp_path / "reports"), True, True))
     assert result.valid and result.error is None, result.error
     assert result.predicted and result.confidence in {"high", "medium", "low"} and result.seconds > 0
     assert (Path(result.report) / "report.json").exists()
-    excluded = run_case(("exploding_gradients-mlp-adamw-mild-0", str(tmp_path / "cache"), None, True))
+    excluded = run_case(("exploding_gradients-mlp-adamw-mild-0", str(tmp_path / "cache"), None, True, True))
     assert not excluded.valid and excluded.predicted is None and excluded.validity.reason
 
 
@@ -278,7 +278,7 @@ def test_the_ci_sample_holds_every_cause_in_two_families():
 
 @pytest.mark.parametrize("case_id", CI_CASES)
 def test_triage_names_the_injected_cause(case_id, tmp_path):
-    result = run_case((case_id, str(tmp_path / "cache"), None, True))
+    result = run_case((case_id, str(tmp_path / "cache"), None, True, True))
     assert result.split == "tune" and result.valid, result.validity.reason
     assert result.error is None, result.error
     assert result.predicted == result.expected, (result.predicted, result.confidence, result.path)

@@ -56,6 +56,8 @@ class CandidateResult(BaseModel):
                                                                 "figure it measured says so (judge/differential.py).")
     unneeded: bool = Field(default=False, description="Not run: a control (no `then`) that no candidate tried "
                                                       "is compared with.")
+    raced_out: Optional[str] = Field(default=None, description="Stopped before its last step: it could no longer "
+                                                               "work (judge/race.py); why, in figures.")
     works: Optional[bool] = Field(default=None, description="The differential's `works` field, as measured.")
     score: Optional[float] = Field(default=None, description="The differential's `score` field (lower is better).")
     winner: bool = False

@@ -44,19 +44,30 @@ class CaseResult(BaseModel):
     seconds: Optional[float] = None     # triage.run wall time
     error: Optional[str] = None
     report: Optional[str] = None        # the report folder, with --keep
+    replayed_steps: Optional[int] = None  # optimizer steps triage took (every replay, trial and reference)
+
+
+# Optimizer steps taken in this worker since it started (counted by a torch hook the worker installs).
+_STEPS = [0]
 
 
 def _init_worker() -> None:
     import torch
 
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
     torch.set_num_threads(1)
+
+    def count(optimizer, args, kwargs) -> None:
+        _STEPS[0] += 1
+    register_optimizer_step_pre_hook(count)
     logging.basicConfig(level=logging.ERROR)
     warnings.filterwarnings("ignore")
 
 
-def run_case(job: tuple[str, Optional[str], Optional[str], bool]) -> CaseResult:
+def run_case(job: tuple[str, Optional[str], Optional[str], bool, bool]) -> CaseResult:
     """Generate, validate and (when valid and asked) triage one case. Never raises."""
-    case_id, cache_root, keep, with_triage = job
+    case_id, cache_root, keep, with_triage, race = job
     from suite.cache import CaseCache  # imported in the worker, after torch's thread setting
 
     spec = CaseSpec.from_id(case_id)
@@ -72,18 +83,19 @@ def run_case(job: tuple[str, Optional[str], Optional[str], bool]) -> CaseResult:
     result = CaseResult(**base, valid=verdict.ok, validity=verdict, validity_cached=cached)
     if not verdict.ok or not with_triage:
         return result
-    return result.model_copy(update=_triage(case, checkpoint, keep))
+    return result.model_copy(update=_triage(case, checkpoint, keep, race))
 
 
-def _triage(case, checkpoint: Path, keep: Optional[str]) -> dict:
+def _triage(case, checkpoint: Path, keep: Optional[str], race: bool = True) -> dict:
     import triage
 
     out = Path(keep) / case.spec.id if keep else Path(tempfile.mkdtemp(prefix="suite-report-"))
-    started = time.perf_counter()
+    started, steps = time.perf_counter(), _STEPS[0]
     try:
-        report, _ = triage.run(case.setup, checkpoint, out=out)
+        report, _ = triage.run(case.setup, checkpoint, out=out, race=race)
         return dict(predicted=report.root_cause, confidence=report.confidence, path=tuple(report.path),
-                    seconds=round(time.perf_counter() - started, 3), report=str(out) if keep else None)
+                    seconds=round(time.perf_counter() - started, 3), report=str(out) if keep else None,
+                    replayed_steps=_STEPS[0] - steps)
     except Exception as exc:
         return dict(seconds=round(time.perf_counter() - started, 3),
                     error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}")
@@ -93,10 +105,10 @@ def _triage(case, checkpoint: Path, keep: Optional[str]) -> dict:
 
 
 def run_cases(specs: list[CaseSpec], workers: int = 2, cache: Optional[Path] = None, keep: Optional[Path] = None,
-              with_triage: bool = True) -> Iterator[CaseResult]:
+              with_triage: bool = True, race: bool = True) -> Iterator[CaseResult]:
     """Results as they finish (not in `specs` order). `workers` processes, spawn context."""
     os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the workers before they import torch
-    jobs = [(s.id, str(cache) if cache else None, str(keep) if keep else None, with_triage) for s in specs]
+    jobs = [(s.id, str(cache) if cache else None, str(keep) if keep else None, with_triage, race) for s in specs]
     if workers <= 1:
         _init_worker()
         yield from map(run_case, jobs)

@@ -35,7 +35,8 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
         history_loss: Optional[str] = None, history_val: Optional[str] = None,
         snapshot_dir: Optional[Path] = None, listener: Optional[Listener] = None, command: Optional[str] = None,
         rank_timeout: float = DEFAULT_RANK_TIMEOUT_S, ahead: Optional[Ahead] = None,
-        speedups: Optional[Speedups] = None, max_minutes: Optional[float] = None) -> tuple[Report, dict[str, Path]]:
+        speedups: Optional[Speedups] = None, max_minutes: Optional[float] = None,
+        race: bool = True) -> tuple[Report, dict[str, Path]]:
     """Triage one run: load, walk the playbook, write the report. Returns it and the files written.
 
     `entry` is a spec like "mymod:setup" (as `--entry`) or the setup function itself (or a LightningModule
@@ -57,6 +58,8 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
     `max_minutes` is a ceiling on the walk (none by default): every experiment runs its steps, however fast
     the machine, until the ceiling cuts one; the walk then stops with no verdict, `report.cut` naming the
     experiment it cut, and `report.stopped` saying so (a cut experiment is unmeasured, not ruled out).
+    `race`: a candidate fix stops once it can no longer change the verdict (judge/race.py); False runs every
+    candidate to its last step.
     """
     if speedups is None:
         speedups = Speedups(fork=False, draw_ahead=ahead is not None)
@@ -81,10 +84,11 @@ def run(entry: Union[str, SetupFactory], checkpoint: Optional[Path] = None, *, o
                 out = _writable_dir(out, shown_out)
                 _retire_previous_report(out)
             name = entry if isinstance(entry, str) else entry_name(entry)
-            command = command or _command(name, checkpoint, playbook, steps, seed, ranks.world_size, max_minutes)
+            command = command or _command(name, checkpoint, playbook, steps, seed, ranks.world_size, max_minutes, race)
             where = str(checkpoint) if checkpoint else None
             journal = Journal(session, book, command, where, out, ahead) if ranks.writes_report else None
-            result = walk(session, book, listener, journal=journal, parallel=speedups.fork, max_seconds=max_seconds)
+            result = walk(session, book, listener, journal=journal, parallel=speedups.fork, max_seconds=max_seconds,
+                          race=race)
             report = build_report(result, session, book, command, where)
             writes = ranks.rank == min(set(range(ranks.world_size)) - set(result.silent_ranks))
             if writes and journal is not None:
@@ -212,7 +216,7 @@ def default_out_dir() -> Path:
     return Path("reports") / stamp
 
 
-def _command(entry, checkpoint, playbook, steps, seed, world_size: int = 1, max_minutes=None) -> str:
+def _command(entry, checkpoint, playbook, steps, seed, world_size: int = 1, max_minutes=None, race: bool = True) -> str:
     """The CLI command that reproduces this triage (torchrun's, in a distributed run)."""
     parts = ["run", "--entry", entry]
     if checkpoint:
@@ -224,4 +228,6 @@ def _command(entry, checkpoint, playbook, steps, seed, world_size: int = 1, max_
     parts += ["--seed", str(seed)]
     if max_minutes is not None:
         parts += ["--max-minutes", f"{max_minutes:g}"]
+    if not race:
+        parts.append("--no-race")
     return launch_command(parts, world_size)

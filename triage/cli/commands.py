@@ -106,6 +106,9 @@ def run(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Under each node's answer, every figure its "
                                                                  "conditions read and the branch condition."),
     no_speedups: bool = typer.Option(False, "--no-speedups", help=SPEEDUPS_HELP),
+    no_race: bool = typer.Option(False, "--no-race", help="Run every candidate fix to its last step, even one that "
+                                                          "can no longer change the verdict (by default it stops "
+                                                          "there: racing)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Triage a run from its checkpoint and setup function (under torchrun: every rank of a distributed run)."""
@@ -129,7 +132,7 @@ def run(
                                    history_loss=history_loss, history_val=history_val, snapshot_dir=snapshot_dir,
                                    listener=_listener(output, silent=rank != 0, verbose=verbose),
                                    command=launch_command(sys.argv[1:]), rank_timeout=rank_timeout,
-                                   ahead=ahead, speedups=speedups, max_minutes=max_minutes)
+                                   ahead=ahead, speedups=speedups, max_minutes=max_minutes, race=not no_race)
     if files:  # the rank that wrote the report (rank 0 of a distributed run)
         _finish(report, files, output)
     if report.stopped:

@@ -59,6 +59,9 @@ class Context:
     # Set once the ceiling stopped this experiment part way (out_of_time() said so, or a loop that agrees
     # it across ranks itself set it): the engine reports the experiment as cut, and nothing reads it.
     cut: bool = False
+    # A differential's candidate that may stop once it can no longer change the verdict (judge/race.py): set
+    # by the walk for candidates nothing else reads; an experiment that replays passes it on to its replays.
+    race: bool = False
 
     def past_budget(self) -> bool:
         """Past the ceiling on this rank: a loop that agrees it across ranks itself (with its own figures)

@@ -30,6 +30,8 @@ from triage.experiments.training import (autocast, current_lr, grad_scaler, loss
                                          start_end, trainable)
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, VerifiedFix, verification
 from triage.judge.extension import ReferenceFigures, worth_more_steps
+from triage.judge.fix import end_of, highest_working_end
+from triage.judge.race import Bar, lowest, noise, out_of_contention
 from triage.views import Curve, Line
 
 
@@ -148,6 +150,10 @@ class ReplayOutcome(VerifiedFix):
         default_factory=list, description="Distributed: each rank's end-window loss on its own batches (the "
                                           "replay's losses are the ranks' mean per step); empty in one process.")
     truncated: bool = Field(default=False, description="Cut by the walk's ceiling (--max-minutes) part way.")
+    raced_out: Optional[str] = Field(
+        default=None, description="Stopped before its last step because it could no longer change the verdict "
+                                  "(judge/race.py): where, and the figures that showed it. Its other figures are "
+                                  "those of the steps it ran.")
     loss_start: Optional[float] = Field(default=None, description="Median loss of the first fifth of steps.")
     loss_end: Optional[float] = Field(default=None, description="Median loss of the last fifth of steps.")
     loss_ratio: Optional[float] = Field(
@@ -216,6 +222,7 @@ class _Trace:
     scheduler_steps: int = 0
     lr_changed_in: list[str] = field(default_factory=list)
     unknown_optimizers: Optional[str] = None  # train_step stepped an optimizer setup() did not hand triage
+    raced_out: Optional[str] = None  # why racing stopped it before its last step (judge/race.py)
     batch_order: list[int] = field(default_factory=list)  # call k trains on snapshot batch batch_order[k % len]
     overflowed: list[bool] = field(default_factory=list)  # per call: a scaler skipped its update
     accumulates: bool = False  # the run's own step took calls that neither stepped nor were skipped
@@ -233,9 +240,11 @@ class _Trace:
         return loss, norm
 
 
-def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
+def measure(ctx: Context, p: ReplayParams, *, loss_fn=None, race: bool = False,
+            beat: Optional[Bar] = None) -> ReplayOutcome:
     """The replay from the restored snapshot, verified against `p.against` when it names one. `loss_fn`,
-    when given, trains in place of the run's own (for an experiment that replays on another loss)."""
+    when given, trains in place of the run's own (for an experiment that replays on another loss). `race`:
+    it may stop once it can no longer work, or, with `beat`, no longer end under that bar (judge/race.py)."""
     session = ctx.session
     loss_levels(session)  # measured (once) at the checkpoint's weights, before this replay moves them
     setup = session.setup if p.init == "checkpoint" else session.fresh_setup()
@@ -256,7 +265,8 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None) -> ReplayOutcome:
         peak_ratio = undo.enter_context(held_at_peak(setup.optimizer, ctx.outcomes.get(p.hold_peak_of))) \
             if p.hold_peak_of else None
         own = _own_loop(setup, p, other_loss=loss_fn is not None)
-        trace, clip, skip = _run(ctx, p, setup, peak_ratio, lambda t: _worth_extending(t, ctx, p), own)
+        trace, clip, skip = _run(ctx, p, setup, peak_ratio, lambda t: _worth_extending(t, ctx, p), own,
+                                 _contention(ctx, p, beat) if race else None)
     if trace.unknown_optimizers:  # not a controlled experiment: that optimizer's state is never restored
         raise NotApplicable(trace.unknown_optimizers + ".")
     if trace.not_applicable:  # not tried: neither a fix nor ruled out
@@ -304,12 +314,34 @@ def _own_loop(setup, p: ReplayParams, other_loss: bool) -> tuple[bool, Optional[
     return True, None
 
 
+def _contention(ctx: Context, p: ReplayParams, beat: Optional[Bar]):
+    """The check that stops a raced replay once it is out of contention (None: nothing to race against,
+    as without a reference, or where any end could work)."""
+    reference = ctx.outcomes.get(p.against) if p.against else None
+    if reference is None:
+        return None
+    working = highest_working_end(reference_end=end_of(reference.finite, reference.loss_end),
+                                  levels=loss_levels(ctx.session), margin=p.margin, level_margin=p.level_margin)
+    bar = lowest([Bar(working, f"work against '{p.against}'") if working is not None else None, beat])
+    if bar is None:
+        return None
+    run_noise = noise(getattr(reference, "losses", []))
+
+    def extendable(start: float, end: float) -> bool:
+        return _extendable(start, end, reference, ctx, p)
+    return lambda losses: out_of_contention(losses, steps=p.steps, extend_to=p.extend_to, bar=bar,
+                                            run_noise=run_noise, extendable=extendable)
+
+
 def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
     """After `steps`: whether the judge gives this fix, not verified yet, more steps (judge/extension.py)."""
     reference = ctx.outcomes.get(p.against) if p.against else None
     if reference is None or p.extend_to <= p.steps or trace.first_bad is not None:
         return False
-    start, end = start_end(trace.losses)
+    return _extendable(*start_end(trace.losses), reference, ctx, p)
+
+
+def _extendable(start: Optional[float], end: Optional[float], reference, ctx: Context, p: ReplayParams) -> bool:
     figures = ReferenceFigures(finite=reference.finite, loss_end=reference.loss_end,
                                loss_ratio=reference.loss_ratio, level_ratio=reference.level_ratio)
     return worth_more_steps(start=start, end=end, reference=figures, levels=loss_levels(ctx.session),
@@ -317,7 +349,7 @@ def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
 
 
 def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep_going,
-         own: tuple[bool, Optional[str]] = (False, None)):
+         own: tuple[bool, Optional[str]] = (False, None), contention=None):
     session = ctx.session
     model, optimizer = setup.model, setup.optimizer
     held = peak_ratio is not None  # a held LR does not follow the schedule
@@ -369,7 +401,7 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
             trace.optimizer_steps = 0
         else:
             model.train()  # the user's loop keeps whatever mode it sets: that may be the bug
-        _steps(ctx, p, setup, batches, trace, keep_going, schedule, lr_scale,
+        _steps(ctx, p, setup, batches, trace, keep_going, schedule, lr_scale, contention,
                own=step_own if user else None,
                reference=lambda batch: reference_step(setup, batch, precision, clip, scaler, session.device,
                                                       params, lr_scale),
@@ -389,9 +421,10 @@ VAL_BATCHES = 8
 
 
 def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_going, schedule: RunSchedule,
-           lr_scale: float, own: Optional[OwnStep], reference, scaler_free: bool, watched: Any = None) -> None:
+           lr_scale: float, contention, own: Optional[OwnStep], reference, scaler_free: bool,
+           watched: Any = None) -> None:
     """The replay's steps, one batch each, until `p.steps` (or `extend_to`) steps, the first non-finite loss,
-    or the budget. Each is the run's own train_step (`own`) or the reference step; the scheduler is stepped
+    the budget, or, raced (`contention`), the step at which it can no longer change the verdict. Each is the run's own train_step (`own`) or the reference step; the scheduler is stepped
     after each optimizer step, as the run stepped it, unless the run's step stepped it itself.
 
     With the run's own step, `steps` counts its optimizer steps (a loop that accumulates k micro-batches
@@ -443,6 +476,10 @@ def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_
         if not math.isfinite(loss) or fatal_norm:
             trace.first_bad = call - 1
             trace.first_bad_ranks = _nonfinite_ranks(rows, scaler_free) if len(rows) > 1 else []
+            break
+        # The losses are every rank's mean: every rank stops at the same step.
+        if contention is not None and (reason := contention(trace.losses)) is not None:
+            trace.raced_out = reason
             break
 
 
@@ -552,6 +589,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         val_steps=t.val_steps, val_losses=t.val_losses, skipped=skipped, **_overflows(t),
         finite=finite,
         first_nonfinite_step=t.first_bad, truncated=t.truncated, first_nonfinite_ranks=t.first_bad_ranks,
+        raced_out=t.raced_out,
         rank_loss_end=[start_end(list(column))[1] for column in zip(*t.rank_losses)],
         loss_start=start, loss_end=end,
         loss_ratio=_ratio(start, end) if t.first_bad is None else None,
@@ -638,7 +676,7 @@ REPLAY = Experiment(
             "(lr, clipping, precision, subset, skipped batches, weight decay, whose loop).",
     params=ReplayParams,
     outcome=ReplayOutcome,
-    measure=measure,
+    measure=lambda ctx, p: measure(ctx, p, race=ctx.race),
     views=REPLAY_VIEWS,
     idle_without_val=("val_every",),
 )

@@ -27,6 +27,8 @@ class Trial(Outcome):
     loss_end: Optional[float] = None
     improvement: Optional[float] = None
     fix_works: Optional[bool] = None
+    steps_run: Optional[int] = None
+    raced_out: Optional[str] = Field(default=None, description="Stopped early, out of contention (its replay's).")
 
 
 class SearchOutcome(ReplayOutcome):
@@ -74,7 +76,8 @@ def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
 
     def run(factor: float) -> None:
         ctx.restart()
-        trials.append((factor, replay(ctx, ReplayParams(**{**base, "lr_scale": p.lr_scale * factor}))))
+        trials.append((factor, replay(ctx, ReplayParams(**{**base, "lr_scale": p.lr_scale * factor}),
+                                      race=ctx.race, beat=judge.to_beat(trials, _lr_setting, factor))))
 
     for factor in p.factors or LR_FACTORS[p.direction]:
         run(factor)
@@ -105,7 +108,8 @@ def _whose_lr(ctx: Context, base: dict, lr_scale: float, chosen: ReplayOutcome) 
     alone = []
     for name in names:
         ctx.restart()
-        alone.append((name, replay(ctx, ReplayParams(**{**base, "lr_scale": lr_scale, "lr_of": name}))))
+        alone.append((name, replay(ctx, ReplayParams(**{**base, "lr_scale": lr_scale, "lr_of": name}),
+                                   race=ctx.race)))
     working = [name for name, outcome in alone if outcome.fix_works]
     return (working[0] if len(working) == 1 else None), alone
 
@@ -119,7 +123,8 @@ def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
         ctx.restart()
         outcome = replay(ctx, ReplayParams(steps=p.steps, init=init, init_scale=p.init_scale,
                                            against=p.against, margin=p.margin, level_margin=p.level_margin,
-                                           extend_to=p.extend_to))
+                                           extend_to=p.extend_to),
+                         race=ctx.race, beat=judge.to_beat(trials, lambda i: f"init={i}"))
         trials.append((init, outcome))
     init, chosen = judge.choose(trials)
     return SearchOutcome(**chosen.model_dump(), chosen=f"init={init}",
@@ -144,14 +149,14 @@ def _lr_setting(factor: float) -> str:
 
 def _trial(setting: str, o: ReplayOutcome) -> Trial:
     return Trial(setting=setting, finite=o.finite, loss_end=o.loss_end, improvement=o.improvement,
-                 fix_works=o.fix_works)
+                 fix_works=o.fix_works, steps_run=o.steps_run, raced_out=o.raced_out)
 
 
 # A replay's views, the headline naming the trial chosen as what this run changed.
 SEARCH_VIEWS = tuple(v.model_copy(update={"setting": "chosen"}) if getattr(v, "headline", False) else v
                      for v in REPLAY_VIEWS) + (
     Table(title="Every trial, in the order run", fields=("trials",),
-          columns=("setting", "finite", "loss_end", "improvement", "fix_works")),
+          columns=("setting", "finite", "loss_end", "improvement", "fix_works", "steps_run")),
 )
 
 LR_SEARCH = Experiment(

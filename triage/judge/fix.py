@@ -72,6 +72,23 @@ def judge_fix(*, finite: bool, loss_start: Optional[float], loss_end: Optional[f
                       fix_works=bool(ended and better and sane and generalises is not False))
 
 
+def highest_working_end(*, reference_end: float, levels: LossLevels, margin: float = DEFAULT_MARGIN,
+                        level_margin: float = DEFAULT_LEVEL_MARGIN) -> Optional[float]:
+    """The highest end window at which a counterfactual against `reference_end` could still work, as
+    judge_fix reads it (None: any end could, as far as is known before its own start is): clearly better than
+    the reference, and under the sane level where that level is not the counterfactual's own start."""
+    bars = []
+    if math.isfinite(reference_end) and reference_end > 0:
+        nothing = levels.nothing_learned
+        bars += [margin * reference_end] + ([reference_end - MIN_GAIN * nothing] if nothing else [])
+    elif math.isfinite(reference_end):
+        bars.append(reference_end - (1 - margin) * abs(reference_end))
+    level, kind = sane_level(levels, None, level_margin)
+    if level is not None and kind != "start":
+        bars.append(level)
+    return min(bars) if bars else None
+
+
 def _generalises(fix_val: Optional[float], reference_val: Optional[float], levels: LossLevels) -> Optional[bool]:
     """The fix's validation loss is lower than the reference's, by MIN_GAIN of the loss of learning nothing
     (by any amount where that is unknown); None where either was not measured."""

@@ -6,9 +6,10 @@ figures below."""
 from __future__ import annotations
 
 import math
-from typing import Optional, Protocol, Sequence, TypeVar
+from typing import Callable, Optional, Protocol, Sequence, TypeVar
 
 from triage.judge.named import DIVERGES_LOSS_RATIO
+from triage.judge.race import Bar
 
 STILL = 0.02  # a trial that moved the loss under 2% did not move it
 
@@ -67,6 +68,19 @@ def choose(trials: Trials) -> tuple:
     finite = [t for t in trials if t[1].finite and t[1].loss_end is not None]
     pool = working or finite or list(trials)[-1:]
     return min(pool, key=lambda t: end(t[1]))
+
+
+def to_beat(trials: Trials, setting: Callable[[T], str], factor: Optional[float] = None) -> Optional[Bar]:
+    """The bar a later trial, raced (judge/race.py), must end under to matter: once a trial works, a later one
+    is chosen only by ending below the best that works. On an LR grid (`factor`, the later trial's multiplier),
+    a trial nearer the run's own LR than every one that works could still be the least that works: no bar."""
+    working = [(s, o.loss_end) for s, o in trials if o.fix_works and o.loss_end is not None]
+    if not working:
+        return None
+    if factor is not None and any(abs(math.log10(factor)) < abs(math.log10(f)) for f, _ in working):
+        return None
+    best, end = min(working, key=lambda t: t[1])
+    return Bar(end, f"end below {setting(best)}'s {end:.4g}, the best trial that works")
 
 
 def least_working(trials: Trials) -> Optional[float]:

@@ -67,6 +67,8 @@ def _view(report: Report, decision: Decision, curve: Curve) -> DifferentialView:
 def _status(run: Optional[ExperimentRun], candidate: CandidateResult) -> str:
     if run is not None and run.status == "not_applicable":
         return f"not applicable: {run.error}"
+    if run is not None and candidate.raced_out:
+        return f"{run.status}, {candidate.raced_out}"
     if run is not None:
         return run.status
     if candidate.outranked:
@@ -84,13 +86,20 @@ def _unfinished(decision: Decision) -> str:
     return (f" Not measured to the end, so nothing is ruled out by them: {', '.join(failed)}." if failed else "")
 
 
+def _raced(decision: Decision) -> str:
+    """The candidates stopped before their last step, once their own figures showed they could no longer
+    work (judge/race.py)."""
+    raced = [c.id for c in decision.candidates if c.raced_out]
+    return (f" Stopped before their last step, as they could no longer work: {', '.join(raced)}." if raced else "")
+
+
 def reason(decision: Decision, causes: dict[str, str]) -> str:
     """Why the winner won, in a sentence a person can check against the table."""
     tried = [c for c in decision.candidates if c.tried and c.then and c.status in (None, "ok")]
     winner = next((c for c in tried if c.winner), None)
-    unfinished = _unfinished(decision)
+    unfinished = _unfinished(decision) + _raced(decision)
     if winner is None:
-        return (f"None of the {len(tried)} candidate fixes measured to the end works (finite, clearly better "
+        return (f"None of the {len(tried)} candidate fixes measured works (finite, clearly better "
                 "than the run as it was, at a sane level and, with validation data, lower on it too), so none of "
                 "their causes is verified."
                 + unfinished)

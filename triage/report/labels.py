@@ -258,6 +258,7 @@ LABELS: dict[str, tuple[str, str, str]] = {
     'previous_module': ('previous module', '', "Where the culprit is an nn.Sequential's bare index (`3`)."),
     'previous_module_type': ('previous module type', '', ''),
     'probability_ce_floor': ('probability cross-entropy floor', '', 'ln(e + K - 1) - 1.'),
+    'raced_out': ('stopped out of contention', '', 'Stopped before its last step: it could no longer change the verdict (why, in figures).'),
     'rank': ('rank', '', 'The rank where the non-finite value starts.'),
     'rank_loss_end': ('rank loss end', '', 'Distributed.'),
     'ranks_apart': ('ranks apart', '', 'Ranks whose copy of the worst parameter differs from the most common one.'),

@@ -26,6 +26,7 @@ from triage.walk.settle import RankFailure, settle
 from triage.experiments import Context, NotApplicable, Outcome
 from triage.experiments.levels import loss_levels
 from triage.walk.forked import Candidates, OneByOne, TwoAtOnce, can_fork, training_state_bytes
+from triage.walk.reads import names_read, raceable
 from triage.judge.decay import decay_reach
 from triage.judge.differential import far_fetched, judge_candidates, outranked, tier_of
 from triage.walk.playbook import Playbook
@@ -163,26 +164,18 @@ class Controls:
             self.measure(name, self.waiting.pop(name))
 
 
-def names_read(playbook: Playbook, node: Optional[str], *conditions) -> set[str]:
-    """The nodes that `node` reads: named by its parameters (`against: restart`), or in its conditions (its
-    branches, or, for a candidate, the `if` and `measured` given); with `node` None, those conditions'."""
-    spec = playbook.spec(node) if node is not None and node in playbook.graph else None
-    if isinstance(spec, (RunNode, DecisionNode)):
-        conditions += tuple(c for _, c in playbook.branches(node))
-    params = playbook.params.get(node) if node is not None else None
-    named = {v for v in params.model_dump().values() if isinstance(v, str)} if params is not None else set()
-    return named | {ref for condition in conditions if condition is not None for ref, _ in condition.refs}
-
-
 def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = None,
-         journal: Optional[Journal] = None, parallel: bool = False, max_seconds: Optional[float] = None) -> Walk:
+         journal: Optional[Journal] = None, parallel: bool = False, max_seconds: Optional[float] = None,
+         race: bool = True) -> Walk:
     """Walk the playbook from its entry to a leaf. `journal` is handed the walk so far (status
     "incomplete") after every experiment, so what was measured survives whatever happens next; Ctrl-C
     ends the walk with status "interrupted" instead of losing it. `parallel` measures a differential's
     candidates two at a time where a fork is safe (forked.py), each on one torch thread: the figures of
     one at a time on one thread. `max_seconds` is the user's ceiling on the whole walk (--max-minutes):
     reached, it cuts the experiment in flight and ends the walk without a verdict (Walk.cut names what
-    it cut); None, the walk runs every experiment to its last step however long that takes."""
+    it cut); None, the walk runs every experiment to its last step however long that takes. `race`: a
+    candidate that nothing but its differential reads stops once it can no longer change the verdict
+    (judge/race.py; walk/reads.raceable); False, every candidate runs every step."""
     listener = listener or SilentListener()
     facts = setup_facts(session)
     runs: dict[str, ExperimentRun] = {}
@@ -194,6 +187,7 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
     deadline = started + max_seconds if max_seconds is not None else None
     stop: Optional[StopWalk] = None
     cut: list[str] = []
+    raced = raceable(playbook) if race else frozenset()
 
     def read(n: str, name: str) -> Any:
         return lookup(n, name, facts, runs, outcomes)
@@ -223,13 +217,15 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
                 "node": run_id, "params": playbook.params[run_id].model_dump(mode="json"), "seconds": 0.0,
                 "same_as": same}), outcomes[same]
         else:
-            run, outcome = run_experiment(session, playbook, run_id, outcomes, listener, deadline)
+            run, outcome = run_experiment(session, playbook, run_id, outcomes, listener, deadline,
+                                          race=run_id in raced)
         record(run, outcome)
         return run
 
     def measure_in_copy(run_id: str, new: dict[str, Outcome]) -> tuple[ExperimentRun, Optional[Outcome]]:
         outcomes.update(new)  # in the forked copy: its own copy of `outcomes`, brought up to date
-        run, outcome = run_experiment(session, playbook, run_id, outcomes, SilentListener(), deadline)
+        run, outcome = run_experiment(session, playbook, run_id, outcomes, SilentListener(), deadline,
+                                      race=run_id in raced)
         if outcome is not None:
             outcomes[run_id] = outcome
         return run, outcome
@@ -288,17 +284,19 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
 
 
 def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: dict[str, Outcome],
-                   listener: Listener, deadline: Optional[float] = None) -> tuple[ExperimentRun, Optional[Outcome]]:
+                   listener: Listener, deadline: Optional[float] = None,
+                   race: bool = False) -> tuple[ExperimentRun, Optional[Outcome]]:
     """Run the experiment of a run node or a candidate (`node` is its id) from the restored snapshot.
     `deadline` (time.perf_counter()) is the walk's ceiling: an experiment still running then is cut
-    (status "timeout"); None, it runs to its last step."""
+    (status "timeout"); None, it runs to its last step. `race`: its replays may stop once out of
+    contention (Context.race)."""
     name = playbook.experiments[node]
     experiment = playbook.registry.get(name)
     params = playbook.params[node]
     session.restore()
     left = max(0.0, deadline - time.perf_counter()) if deadline is not None else None
     ctx = Context(session=session, budget_s=left, outcomes=dict(outcomes), progress=listener.progress,
-                  params=playbook.params)
+                  params=playbook.params, race=race)
     outcome, status, error = None, "ok", None
     anomaly_was_on = torch.is_anomaly_enabled()
     t0 = time.perf_counter()
@@ -339,8 +337,15 @@ def _same_measurement(playbook: Playbook, node: str, runs: dict[str, ExperimentR
     experiment = playbook.registry.get(name)
     acting = experiment.acting_params(playbook.params[node], has_val)
     return next((other for other, run in runs.items()
-                 if run.status == "ok" and run.same_as is None and playbook.experiments.get(other) == name
+                 if run.status == "ok" and run.same_as is None and not _raced_out(run)
+                 and playbook.experiments.get(other) == name
                  and experiment.acting_params(playbook.params[other], has_val) == acting), None)
+
+
+def _raced_out(run: ExperimentRun) -> bool:
+    """Some replay of the run stopped before its last step, out of contention: not the full measurement."""
+    outcome = run.outcome or {}
+    return bool(outcome.get("raced_out")) or any(t.get("raced_out") for t in outcome.get("trials") or [])
 
 
 def _cut_reason(reached: CeilingReached, max_seconds: Optional[float]) -> str:
@@ -465,7 +470,8 @@ def _ended(candidate: CandidateResult, read, spec: DifferentialNode) -> Candidat
     status = read(candidate.id, "status")
     if status != "ok":
         return candidate.model_copy(update={"status": status, "tried": status != "not_applicable"})
-    update = {"status": status, **_verdict(read(candidate.id, spec.works), read(candidate.id, spec.score))}
+    update = {"status": status, **_verdict(read(candidate.id, spec.works), read(candidate.id, spec.score)),
+              "raced_out": read(candidate.id, "raced_out")}
     # How far the LR had to move: the nearest working trial of a search, else the factor replayed.
     reason = far_fetched(read(candidate.id, "least_working_factor") or read(candidate.id, "lr_factor"))
     if reason is not None:

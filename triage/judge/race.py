@@ -1,0 +1,99 @@
+"""Racing: when a candidate fix may stop before its last step, because it can no longer change the verdict.
+
+A differential's candidate matters only by working (judge/fix.py); a trial of a search, once another trial
+works, only by ending below the best of them. Each has a bar: the highest end window at which it would still
+matter. A candidate whose end window, projected to its last step at the fastest pace its own losses allow,
+stays clearly above that bar (by NOISE_SIGMAS of the step-to-step noise) stops there. Its last step is that of
+its first window, or of its extension where its best projected end there could earn one (judge/extension.py). Racing decides
+where the steps go, never what counts as verified: a stopped candidate is reported as stopped, with the
+figures that stopped it, and never wins.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+# A projection must sit this many standard deviations of the step-to-step noise above the bar: the end window
+# is a median of a few noisy steps, and one lucky stretch must not be what kept a candidate in.
+NOISE_SIGMAS = 3.0
+# The pace a projection assumes: the fall per step fitted to the latest half of the candidate's losses, plus
+# this many standard errors of that fit, never less than none. A training curve bends upwards (it falls ever
+# slower), so its latest pace carried on to the last step overstates what is left.
+PACE_SIGMAS = 2.0
+# No candidate stops before half the steps of its first window (20 of 40): a fix that needs a few steps to
+# turn (a restart leaving its init, a higher LR leaving a plateau) is given them.
+EARLIEST = 0.5
+# How often a running candidate is looked at, in its steps: often enough to save most of what is left, each
+# look a least-squares fit of a few dozen numbers.
+EVERY = 5
+
+
+@dataclass(frozen=True)
+class Bar:
+    """The highest end window at which a candidate still matters, and what ending under it would do."""
+
+    level: float
+    what: str
+
+
+def lowest(bars: Sequence[Optional[Bar]]) -> Optional[Bar]:
+    """The bar that binds: a candidate must clear each of them to matter."""
+    known = [b for b in bars if b is not None and math.isfinite(b.level)]
+    return min(known, key=lambda b: b.level) if known else None
+
+
+def noise(losses: Sequence[float]) -> float:
+    """Step-to-step noise of a loss curve: the spread of its steps' changes (1.4826 x their median absolute
+    deviation, over sqrt 2: one step's own noise), which neither its trend nor one spike inflates (0 with fewer
+    than three finite steps)."""
+    finite = np.asarray([x for x in losses if math.isfinite(x)], dtype=float)
+    if len(finite) < 3:
+        return 0.0
+    changes = np.diff(finite)
+    return float(1.4826 * np.median(np.abs(changes - np.median(changes))) / math.sqrt(2))
+
+
+def out_of_contention(losses: Sequence[float], *, steps: int, extend_to: int, bar: Bar, run_noise: float,
+                      extendable: Callable[[float, float], bool]) -> Optional[str]:
+    """Why a candidate that has run `losses` may stop (None: it stays in). It runs `steps`, and up to
+    `extend_to` where, at `steps`, its figures earn more (`extendable(start, end)`, judge/extension.py);
+    `run_noise` is the step-to-step noise of the run it is paired with."""
+    done = len(losses)
+    last = extend_to if done >= steps else steps
+    if done < max(3, EARLIEST * steps) or done % EVERY or done >= max(steps, extend_to):
+        return None
+    if not all(math.isfinite(x) for x in losses):
+        return None  # a replay stops at its first non-finite step by itself
+    fit = _fit(list(losses[done // 2:]))
+    if fit is None:
+        return None
+    current = float(np.median(losses[-max(1, done // 5):]))
+    pace = max(0.0, -fit[0] + PACE_SIGMAS * fit[1])
+    sigma = max(run_noise, noise(losses[done // 2:]))
+    if last == steps and extend_to > steps:  # could its end at `steps`, at best, earn it the longer window?
+        start = float(np.median(losses[:max(1, steps // 5)]))
+        if extendable(start, current - pace * (steps - done) - NOISE_SIGMAS * sigma):
+            last = extend_to
+    projected = current - pace * (last - done)
+    if projected - NOISE_SIGMAS * sigma <= bar.level:
+        return None
+    return (f"stopped after {done} of its {last} steps: its loss {current:.4g}, falling at most {pace:.3g} a step, "
+            f"ends near {projected:.4g} at best, above the {bar.level:.4g} it needs to {bar.what} (by more than "
+            f"{NOISE_SIGMAS:g}x the step-to-step noise, {sigma:.2g})")
+
+
+def _fit(losses: list[float]) -> Optional[tuple[float, float]]:
+    """(slope per step, standard error of the slope) of a least-squares line."""
+    n = len(losses)
+    if n < 3:
+        return None
+    x = np.arange(n, dtype=float)
+    y = np.asarray(losses, dtype=float)
+    slope, intercept = np.polyfit(x, y, 1)
+    residual = y - (slope * x + intercept)
+    spread = float(np.sqrt(residual @ residual / (n - 2)))
+    return float(slope), spread / float(np.sqrt(((x - x.mean()) ** 2).sum()))
