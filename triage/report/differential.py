@@ -68,7 +68,7 @@ def _status(run: Optional[ExperimentRun], candidate: CandidateResult) -> str:
     if run is not None and run.status == "not_applicable":
         return f"not applicable: {run.error}"
     if run is not None and candidate.raced_out:
-        return f"{run.status}, {candidate.raced_out}"
+        return candidate.raced_out
     if run is not None:
         return run.status
     if candidate.outranked:

@@ -1,0 +1,74 @@
+"""Racing in the replays and the walk: a candidate that can no longer change the verdict stops, says why, and
+the verdict is the one every candidate run to its last step gives."""
+
+import html
+import json
+import sys
+from pathlib import Path
+
+from tests.tiny import context, mlp_setup
+from triage.experiments.replay import REPLAY, ReplayParams
+from triage.experiments.search import LR_SEARCH, LrSearchParams
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from suite.runner import run_case  # noqa: E402
+
+
+def with_baseline(factory, race: bool, steps: int = 30):
+    ctx = context(factory)
+    ctx.outcomes["base"] = REPLAY.measure(ctx, ReplayParams(steps=steps))
+    ctx.restart()
+    ctx.race = race
+    return ctx
+
+
+def test_a_replay_that_cannot_work_stops_half_way_and_says_why():
+    """A healthy MLP replayed at lr x1e-4 against itself: it cannot end 20% under the run."""
+    ctx = with_baseline(lambda: mlp_setup(lr=0.05), race=True)
+    raced = REPLAY.measure(ctx, ReplayParams(steps=30, lr_scale=1e-4, against="base"))
+    assert raced.steps_run < 30 and not raced.fix_works
+    assert raced.raced_out.startswith(f"stopped after {raced.steps_run} of its 30 steps")
+    assert "work against 'base'" in raced.raced_out
+    ctx.restart()
+    ctx.race = False
+    full = REPLAY.measure(ctx, ReplayParams(steps=30, lr_scale=1e-4, against="base"))
+    assert full.steps_run == 30 and full.raced_out is None and not full.fix_works
+
+
+def test_a_raced_lr_search_finds_the_same_fix_in_fewer_steps():
+    """lr 50 where 0.05 trains: x0.1 still blows up (to 3e5, as far from working as a loss gets) and stops early."""
+    found = {}
+    for race in (False, True):
+        ctx = with_baseline(lambda: mlp_setup(lr=50.0), race=race)
+        out = LR_SEARCH.measure(ctx, LrSearchParams(steps=30, direction="down", against="base"))
+        found[race] = (out.fix_works, out.lr_factor, out.least_working_factor, out.loss_end,
+                       sum(t.steps_run for t in out.trials), [t.raced_out for t in out.trials])
+    assert found[True][:4] == found[False][:4]
+    assert found[True][4] < found[False][4]
+    assert any(found[True][5]) and not any(found[False][5])
+
+
+def steps_replayed(report_folder: str) -> int:
+    """Every step the walk's replays ran, as its report.json records them (each trial of a search included)."""
+    report = json.loads((Path(report_folder) / "report.json").read_text())
+    return sum(run["outcome"].get("steps_run") or 0 if not run["outcome"].get("trials") else
+               sum(t.get("steps_run") or 0 for t in run["outcome"]["trials"])
+               for run in report["experiments"] if run.get("outcome") and not run.get("same_as"))
+
+
+def test_a_walk_gives_the_same_verdict_with_and_without_racing(tmp_path):
+    """The suite's tabular regressor with an init 30x too large: a standard init repairs it; candidates that
+    cannot work stop part way. The verdict, its confidence and path are those of the walk that runs every
+    candidate to its end, in fewer steps, and the page shows why each candidate stopped."""
+    case = "bad_initialization-tabular_regressor-adamw-mild-0"
+    full = run_case((case, str(tmp_path / "cache"), str(tmp_path / "full"), True, False))
+    raced = run_case((case, str(tmp_path / "cache"), str(tmp_path / "raced"), True, True))
+    assert full.error is None and raced.error is None, full.error or raced.error
+    assert (raced.predicted, raced.confidence, raced.path) == (full.predicted, full.confidence, full.path)
+    assert raced.predicted == "bad_initialization"
+    assert steps_replayed(raced.report) < steps_replayed(full.report)
+    report = json.loads((Path(raced.report) / "report.json").read_text())
+    stopped = [c for d in report["decisions"] for c in d["candidates"] if c.get("raced_out")]
+    assert stopped and not any(c.get("winner") for c in stopped)
+    page = html.unescape((Path(raced.report) / "report.html").read_text())
+    assert all(c["raced_out"] in page for c in stopped)
