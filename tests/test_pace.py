@@ -4,7 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from triage.experiments.pace import STALLED, pace_vs_run
+from triage.experiments.pace import pace_vs_run
+from triage.judge.named import SLOW_PACE
 from triage.load.history import HistoryPoint
 
 
@@ -22,12 +23,12 @@ def test_a_run_still_learning_at_its_own_pace_is_not_stalled():
     under the old 10% threshold (lr_too_low, high, in some runs), at ~0.7 of its own pace here."""
     logged = [(s, v) for s, v in zip(range(80), falling(6.27, 5.25, 80))]
     pace = pace_vs_run(session(80, logged), falling(5.25, 5.25 * 0.93, 40), nothing=6.24)
-    assert pace > 0.5 > STALLED
+    assert pace > 0.5 > SLOW_PACE
 
 
 def test_a_run_that_slowed_to_a_crawl_is_stalled():
     pace = pace_vs_run(session(80), falling(5.25, 5.24, 40), nothing=6.24)
-    assert pace < 0.5 * STALLED
+    assert pace < 0.5 * SLOW_PACE
 
 
 def test_without_a_log_the_pace_is_counted_from_the_loss_of_learning_nothing():

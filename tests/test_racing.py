@@ -22,7 +22,7 @@ def with_baseline(factory, race: bool, steps: int = 30):
     return ctx
 
 
-def test_a_replay_that_cannot_work_stops_half_way_and_says_why():
+def test_a_replay_that_cannot_work_stops_early_and_says_why():
     """A healthy MLP replayed at lr x1e-4 against itself: it cannot end 20% under the run."""
     ctx = with_baseline(lambda: mlp_setup(lr=0.05), race=True)
     raced = REPLAY.measure(ctx, ReplayParams(steps=30, lr_scale=1e-4, against="base"))

@@ -3,9 +3,9 @@
 The run's pace is the loss it shed per step, in steps of this run, from where it started (or from the loss
 of learning nothing, if it started above it: falling from an absurd init to chance level is not learning)
 to the checkpoint. A replay that drops 5-10% in its 40 steps sits near the plateau threshold: it is a
-clear stall only where it also learns at under a tenth of that pace; a run still learning at its own
-pace (the 1M language model that fell 16% in 80 steps and 7% in the next 40) is not one, and a verdict
-reached through it is medium at most.
+clear stall only where it also learns at under a tenth of that pace (judge/named.SLOW_PACE); a run still
+learning at its own pace (the 1M language model that fell 16% in 80 steps and 7% in the next 40) is not
+one, and a verdict reached through it is medium at most.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any, Optional
 
 from triage.experiments.training import start_end
 
-STALLED = 0.1  # replay pace under this share of the run's own: stalled (the playbook's threshold)
 MIN_HISTORY_STEPS = 10  # a logged curve shorter than this gives no pace
 
 

@@ -30,7 +30,7 @@ from triage.experiments.training import (autocast, current_lr, grad_scaler, loss
                                          start_end, trainable)
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, VerifiedFix, verification
 from triage.judge.extension import ReferenceFigures, worth_more_steps
-from triage.judge.fix import end_of, highest_working_end
+from triage.judge.fix import end_of, highest_working_end, sane_level
 from triage.judge.race import Bar, lowest, noise, out_of_contention
 from triage.views import Curve, Line
 
@@ -329,8 +329,11 @@ def _contention(ctx: Context, p: ReplayParams, beat: Optional[Bar]):
 
     def extendable(start: float, end: float) -> bool:
         return _extendable(start, end, reference, ctx, p)
+    level, kind = sane_level(loss_levels(ctx.session), None, p.level_margin)
     return lambda losses: out_of_contention(losses, steps=p.steps, extend_to=p.extend_to, bar=bar,
-                                            run_noise=run_noise, extendable=extendable)
+                                            run_noise=run_noise, extendable=extendable,
+                                            restart=p.init != "checkpoint",
+                                            learned_nothing=level if kind != "start" else None)
 
 
 def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
@@ -424,8 +427,9 @@ def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_
            lr_scale: float, contention, own: Optional[OwnStep], reference, scaler_free: bool,
            watched: Any = None) -> None:
     """The replay's steps, one batch each, until `p.steps` (or `extend_to`) steps, the first non-finite loss,
-    the budget, or, raced (`contention`), the step at which it can no longer change the verdict. Each is the run's own train_step (`own`) or the reference step; the scheduler is stepped
-    after each optimizer step, as the run stepped it, unless the run's step stepped it itself.
+    the budget, or, raced (`contention`), the step at which it can no longer change the verdict. Each is the
+    run's own train_step (`own`) or the reference step; the scheduler is stepped after each optimizer step,
+    as the run stepped it, unless the run's step stepped it itself.
 
     With the run's own step, `steps` counts its optimizer steps (a loop that accumulates k micro-batches
     is called k times a step, at most MAX_CALLS_PER_STEP), so every replay trains as many updates as the

@@ -95,7 +95,7 @@ def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
     return LrSearchOutcome(**{**chosen.model_dump(), "lr_factor": factor}, lr_owner=owner,
                            least_working_factor=judge.least_working(trials),
                            chosen=_lr_setting(factor) + (f" of '{owner}'" if owner else ""),
-                           trials=[_trial(s, o) for s, o in zip(settings, [o for _, o in trials] + [o for _, o in alone])])
+                           trials=[_trial(s, o) for s, o in zip(settings, [o for _, o in trials + alone])])
 
 
 def _whose_lr(ctx: Context, base: dict, lr_scale: float, chosen: ReplayOutcome) -> tuple[Optional[str], list]:

@@ -14,6 +14,8 @@ from triage.judge.levels import LossLevels
 # prediction, which a model at a sane LR never does. (1.5 missed the 40M LR fault's restart at the run's LR,
 # 1.48x on CPU; at 1.2 every suite split, tune, heldout, lofo and blind, walks as at 1.5, case by case.)
 BLOWN_UP = 1.2
+# A counterfactual learns once its end window is 5% under its start window.
+LEARNS = 0.95
 
 
 class ReferenceFigures(BaseModel):
@@ -42,7 +44,7 @@ def worth_more_steps(*, start: Optional[float], end: Optional[float], reference:
     nothing = levels.nothing_learned
     held = (reference.finite and reference.level_ratio is not None and reference.level_ratio > BLOWN_UP
             and nothing is not None and 0 < nothing and end <= nothing)
-    if end > 0.95 * start and not held:
+    if end > LEARNS * start and not held:
         return False
     if not held and reference.finite and reference.loss_ratio is not None and reference.loss_ratio < 0.9:
         # The reference fell: worth extending only where it fell no further than chance level and the fix
