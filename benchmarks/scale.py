@@ -204,18 +204,19 @@ def sweep(size: str, device: str, steps: int) -> str:
     return (f"| {size} | " + " | ".join(f"{e:.2f}" for e in ends) + f" | {best:g} | {HEALTHY_LR[size]:g} |")
 
 
-def triage_one(size: str, run: str, device: str, checkpoint: Path, out: Path, max_minutes) -> dict:
+def triage_one(size: str, run: str, device: str, checkpoint: Path, out: Path, max_minutes, race: bool = True) -> dict:
     """In a fresh process (below): triage the checkpoint as `triage run` does, and measure it."""
     started = time.perf_counter()
     from triage.cli import api
     steps = _count_optimizer_steps()
 
     imported = time.perf_counter()
-    ceiling = {"max_minutes": max_minutes} if max_minutes is not None else {}  # (older triage: no ceiling)
+    options = {"max_minutes": max_minutes} if max_minutes is not None else {}  # (older triage: no ceiling)
+    options |= {} if race else {"race": False}  # (older triage: no racing)
     from triage.speedups import Speedups
 
     report, _ = api.run(lambda: setup(size, run, device), checkpoint, out=out, speedups=Speedups(draw_ahead=False),
-                        **ceiling)
+                        **options)
     done = time.perf_counter()
     return {"verdict": report.root_cause, "confidence": report.confidence, "seconds": done - imported,
             "startup_s": imported - started, "cut": getattr(report, "cut", []), "path": report.path,
@@ -247,12 +248,13 @@ def _vm_hwm_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(size: str, run: str, device: str, train_steps: int, folder: Path, max_minutes, threads: int = 1) -> dict:
+def measure(size: str, run: str, device: str, train_steps: int, folder: Path, max_minutes, threads: int = 1,
+            race: bool = True) -> dict:
     checkpoint = folder / f"{size}-{run}.pt"
     losses, step_s, params = train(size, run, device, train_steps, checkpoint)
     t0 = time.perf_counter()
     child = subprocess.run([sys.executable, __file__, "--_one", size, run, device, str(checkpoint),
-                            str(folder / f"{size}-{run}"), json.dumps(max_minutes), str(threads)],
+                            str(folder / f"{size}-{run}"), json.dumps(max_minutes), str(threads), json.dumps(race)],
                            capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
     if child.returncode != 0:
         raise SystemExit(f"triage of {size}/{run} failed:\n{child.stderr[-3000:]}")
@@ -284,6 +286,7 @@ def main(argv=None) -> int:
     parser.add_argument("--train-steps", type=int, default=80, help="steps the run trains before its checkpoint")
     parser.add_argument("--max-minutes", type=float, default=None, help="triage's ceiling (default: none)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, for training and triage alike")
+    parser.add_argument("--no-race", action="store_true", help="every candidate to its last step (triage run --no-race)")
     parser.add_argument("--keep", type=Path, default=None, help="keep checkpoints and reports here")
     parser.add_argument("--json", action="store_true", help="print one JSON line per case as well")
     parser.add_argument("--sweep", action="store_true",
@@ -314,7 +317,8 @@ def main(argv=None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         for size in sizes:
             for run in runs:
-                result = measure(size, run, args.device, args.train_steps, folder, args.max_minutes, args.threads)
+                result = measure(size, run, args.device, args.train_steps, folder, args.max_minutes, args.threads,
+                                 not args.no_race)
                 results.append(result)
                 print(_row(result), flush=True)
                 if args.json:
@@ -325,8 +329,9 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--_one":
-        size, run, device, checkpoint, out, ceiling, threads = sys.argv[2:9]
+        size, run, device, checkpoint, out, ceiling, threads, race = sys.argv[2:10]
         _torch().set_num_threads(int(threads))
-        print(json.dumps(triage_one(size, run, device, Path(checkpoint), Path(out), json.loads(ceiling))))
+        print(json.dumps(triage_one(size, run, device, Path(checkpoint), Path(out), json.loads(ceiling),
+                                    json.loads(race))))
     else:
         sys.exit(main())
