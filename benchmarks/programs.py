@@ -45,7 +45,7 @@ sys.path.insert(0, str(PROGRAMS))
 import _program  # noqa: E402  (the folder beside this file)
 
 SPLITS = ("tune", "heldout")
-# CI triages these runs end to end (tests/test_programs_benchmark.py), and re-runs CI_CERTIFY's certificate.
+# CI triages these runs end to end (tests/benchmarks/test_programs_benchmark.py), and re-runs CI_CERTIFY's certificate.
 CI_SAMPLE = (("keyword_spotting_cnn", "healthy"), ("keyword_spotting_cnn", "scheduler_per_batch"))
 CI_CERTIFY = ("keyword_spotting_cnn", "scheduler_per_batch")
 TRIAGE_TIMEOUT_S = 900

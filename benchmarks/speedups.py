@@ -8,7 +8,7 @@ re-render with the figure cache and without.
 Each walk is a fresh process, as `triage run` is (imports included), with an empty figure cache (a
 person's first triage of a run) and the demo's checkpoint already made. Rounds are interleaved and the
 fastest of each kept: other work on a shared machine only ever adds time. The verdicts must agree across
-the configurations (the contract, tests/test_speedups.py); the script says so if they do not. A part
+the configurations (the contract, tests/walk/test_speedups.py); the script says so if they do not. A part
 whose saving no longer shows here is a candidate for removal (issue 24).
 """
 

@@ -2,7 +2,7 @@
 
 Each part changes seconds, never a verdict: on one torch thread, a walk with every part on and one with
 none measure the same figures, take the same decisions and draw the same figures on the page
-(tests/test_speedups.py). With torch on two threads the fork runs a differential on one, so its figures
+(tests/walk/test_speedups.py). With torch on two threads the fork runs a differential on one, so its figures
 can differ from a walk without it in their last digits. `benchmarks/speedups.py` prints the seconds each
 part saves; `triage run --no-speedups` turns them all off.
 

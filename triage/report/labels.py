@@ -1,6 +1,6 @@
 """The one table of what a figure is called where a person reads it: its words, its unit and a one-line
 meaning, by the field name report.json keeps. Both report.html and summary.md name figures through it;
-tests/test_report_words.py fails on a figure shown without an entry here.
+tests/report/test_report_words.py fails on a figure shown without an entry here.
 
 Units: `×` a ratio, `%` a share (stored 0-1, shown in percent), `steps`, `batches`, `σ` (a z-score);
 empty where the words say it (a loss, a learning rate, a norm) or it is a count.

@@ -8,7 +8,7 @@ attributes (`outcome.loss_end`): a misspelt or renamed field is an AttributeErro
 The models here are the report's reading of the experiments' own Outcome models (triage/experiments/),
 the fields the report and the terminal show, with the same names and types. They are declared here, not
 imported, because the report renders without torch and the experiments' modules import it.
-tests/test_report_outcomes.py holds them to the experiments' models: every field here exists on the
+tests/report/test_report_outcomes.py holds them to the experiments' models: every field here exists on the
 Outcome of each experiment READS maps to it, with the same type; READS names every shipped experiment; and
 every field a reader in report/ and cli/ asks for exists on the model it asked `outcome_of` for.
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import triage
-from tests.test_report_render import inline_svgs
+from tests.report.test_report_render import inline_svgs
 from triage.cli.zoo import example_path, load_example
 from triage.report.ahead import Ahead
 from triage.walk import forked

@@ -14,7 +14,7 @@ import pytest
 from triage.cli.watch.reading import read_curve
 from triage.load.history import HistoryPoint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def noisy(n, level, noise, seed=0):

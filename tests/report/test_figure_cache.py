@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from tests.test_report_render import crafted_report, inline_svgs
-from tests.test_report_views import RENDER_WITHOUT, REPO
+from tests.report.test_report_render import crafted_report, inline_svgs
+from tests.report.test_report_views import RENDER_WITHOUT, REPO
 from triage.report import figure_cache, figures, plots, write_report
 from triage.report.ahead import Ahead, _cores
 from triage.report.render import render_html, write_json

@@ -10,7 +10,7 @@ from tests.tiny import context, mlp_setup
 from triage.experiments.replay import REPLAY, ReplayParams
 from triage.experiments.search import LR_SEARCH, LrSearchParams
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from suite.runner import run_case  # noqa: E402
 
 

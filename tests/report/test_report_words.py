@@ -10,7 +10,7 @@ import pkgutil
 import re
 
 import triage.experiments as experiments
-from tests.test_report_render import pipeline_report
+from tests.report.test_report_render import pipeline_report
 from triage.experiments.base import Outcome
 from triage.report.render import render_html, render_markdown
 from triage.report.labels import LABELS, condition_words, value, words

@@ -18,7 +18,7 @@ from triage.cli.watch.sidecar import WatchOptions, Watcher, finished_captures
 from triage.flight.autotriage import AutoTriage, launch
 from triage.flight.places import report_dir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 THEN = 'echo "$TRIAGE_REPORT|$TRIAGE_ROOT_CAUSE|$TRIAGE_CONFIDENCE|$TRIAGE_STEP" >> "$THEN_LOG"'
 
 

@@ -1,6 +1,6 @@
 """The forked copy measuring a differential's candidates two at a time: a copy that dies, or that is stuck,
 costs only time (that it measures what one at a time does is the speed machinery's contract,
-tests/test_speedups.py)."""
+tests/walk/test_speedups.py)."""
 
 import time
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import triage
-from tests.test_speedups import measured
+from tests.walk.test_speedups import measured
 from triage.cli.zoo import example_path, load_example
 from triage.walk import forked
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_report_render import crafted_report
+from tests.report.test_report_render import crafted_report
 from triage.report import write_report
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -187,7 +187,7 @@ def test_the_verdict_looks_like_its_kind(kind, tmp_path):
 def test_a_bad_batch_is_shown_at_the_run_s_step_with_its_tensor_and_nothing_clipped(tmp_path):
     """The zoo's bad_batch: the where line and the replay plots speak the run's steps; the longer axis
     label fits its figure."""
-    from tests.test_e2e_zoo import triage_example
+    from tests.zoo.test_e2e_zoo import triage_example
 
     _, report, files = triage_example("bad_batch", tmp_path)
     place = report.location.batch_place

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 import triage
-from tests.test_e2e_zoo import triage_example
-from tests.test_recorder import digits
+from tests.zoo.test_e2e_zoo import triage_example
+from tests.flight.test_recorder import digits
 from tests.tiny import cross_entropy
 from triage.cli.zoo import load_example
 from triage.report.coordinates import batch_place
@@ -98,7 +98,7 @@ def test_a_captured_bad_batch_is_named_by_the_step_the_run_used_it_at(tmp_path):
 
 
 def _report_with(checkpoint: CheckpointInfo):
-    from tests.test_report_render import crafted_report
+    from tests.report.test_report_render import crafted_report
 
     return crafted_report().model_copy(update={"checkpoint": checkpoint})
 

@@ -25,8 +25,8 @@ import triage
 from tests.distributed_runs import EXAMPLES, on_ranks
 from triage.cli.zoo import load_example
 
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]  # the helper scripts sit at tests/
 
 # (case id, example, setup function, checkpoint writer): every one triaged with the default playbook
 CASES = [

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_hostile_inputs import assert_refused, assert_written, project, report, run_cli  # noqa: F401
+from tests.load.test_hostile_inputs import assert_refused, assert_written, project, report, run_cli  # noqa: F401
 
 LOADING = '''
 import torch
@@ -280,7 +280,7 @@ def test_checkpoint_and_report_that_never_end_are_refused(loading):
 
 
 def test_a_playbook_with_a_node_twice_is_refused_naming_both_lines(loading):
-    from tests.test_hostile_inputs import SHORT
+    from tests.load.test_hostile_inputs import SHORT
 
     doubled = SHORT.replace("  fine:\n", "  first:\n    run: replay\n    with: {steps: 2}\n    otherwise: fine\n  fine:\n")
     (loading / "twice.yaml").write_text(doubled)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from suite import CAUSES, FAMILY_NAMES, HEALTHY, all_cases, build_case, sample_for_ci, split_of, validate  # noqa: E402
 from suite.cache import CaseCache, source_hash  # noqa: E402

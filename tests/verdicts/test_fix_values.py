@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.test_e2e_zoo import triage_example
+from tests.zoo.test_e2e_zoo import triage_example
 from triage.cli.zoo import load_example
 from triage.report.fix_trial import _INITS, _float, tried
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.test_report_render import crafted_report, inline_svgs
+from tests.report.test_report_render import crafted_report, inline_svgs
 from tests.tiny import mlp_setup
 from triage.walk.engine import walk
 from triage.experiments import Experiment, Outcome, Params, Registry, default_registry
@@ -25,7 +25,7 @@ from triage.report.build import build_report
 from triage.load.session import session_from_factory
 from triage.views import Bars, Curve, Line, SourceExcerpt, Table, ViewError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Part(BaseModel):
@@ -145,7 +145,7 @@ def test_a_view_that_does_not_fit_its_outcome_is_refused(view, problem):
 
 def test_a_playbook_import_with_a_broken_view_names_the_playbook(tmp_path, monkeypatch):
     (tmp_path / "team_widgets.py").write_text(textwrap.dedent("""
-        from tests.test_report_views import WidgetOutcome, WidgetParams, measure_widgets
+        from tests.report.test_report_views import WidgetOutcome, WidgetParams, measure_widgets
         from triage.experiments import Experiment
         from triage.views import Curve
         EXPERIMENTS = [Experiment("widget_probe", "w", WidgetParams, WidgetOutcome, measure_widgets,
@@ -207,7 +207,7 @@ def test_a_report_from_schema_1_2_still_renders(tmp_path):
 
 
 def test_a_search_is_shown_against_the_run_its_fix_is_verified_against():
-    from tests.test_report_render import replay_outcome
+    from tests.report.test_report_render import replay_outcome
     from triage.records import ExperimentRun
     from triage.report.sections import build_views
 

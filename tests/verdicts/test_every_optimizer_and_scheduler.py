@@ -10,7 +10,7 @@ import torch
 from torch.optim import lr_scheduler as sched
 
 import triage
-from tests.test_optimizer_loading import OPTIMIZERS, _batches, _factory, _loss, _model
+from tests.load.test_optimizer_loading import OPTIMIZERS, _batches, _factory, _loss, _model
 
 STEPS = 10  # replay steps: enough to reach a verdict, short enough for CI
 

@@ -29,7 +29,7 @@ from triage.report import outcomes
 from triage.report.outcomes import (READS, BatchScanRead, DataCheckRead, LrSearchRead, ReplayRead, Reading,
                                     SearchRead, VerifiedFixRead, outcome_of)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 READERS = sorted((REPO / "triage" / "report").glob("*.py")) + sorted((REPO / "triage" / "cli").rglob("*.py"))
 
 # Each reading model and the experiments' model it reads.
