@@ -9,7 +9,7 @@ import pytest
 from triage.judge.fix import highest_working_end, judge_fix
 from triage.judge.levels import LossLevels
 from triage.judge.race import Bar, noise, out_of_contention
-from triage.judge.search import to_beat
+from triage.judge.search import to_beat, to_matter
 from triage.walk.playbook import load_playbook
 from triage.walk.reads import raceable
 
@@ -88,6 +88,16 @@ def test_a_later_trial_must_end_below_the_best_trial_that_works():
     assert to_beat(trials[:1], lambda f: f"lr x{f:g}", factor=0.01) is None  # none works yet
     # nearer the run's own LR than every trial that works: it could be the least that works
     assert to_beat([(0.01, Figures(True, 3.4))], lambda f: f"lr x{f:g}", factor=0.1) is None
+
+
+def test_before_any_trial_works_a_later_one_matters_by_working_or_by_ending_lowest():
+    class Trial(Figures):
+        finite = True
+    trials = [(10.0, Trial(False, 2.0)), (100.0, Trial(False, 5.0))]
+    bar = to_matter(trials, lambda f: f"lr x{f:g}", working=1.2)
+    assert bar.level == 2.0 and "lr x10" in bar.what  # the lowest so far binds: it lies above what works
+    assert to_matter(trials, lambda f: f"lr x{f:g}", working=2.5).level == 2.5  # the lowest failed on another count
+    assert to_matter(trials, lambda f: f"lr x{f:g}", working=None) is None  # any end could work
 
 
 def test_only_candidates_no_other_node_reads_may_race():

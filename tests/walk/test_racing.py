@@ -18,7 +18,7 @@ def with_baseline(factory, race: bool, steps: int = 30):
     ctx = context(factory)
     ctx.outcomes["base"] = REPLAY.measure(ctx, ReplayParams(steps=steps))
     ctx.restart()
-    ctx.race = race
+    ctx.race = ctx.racing = race
     return ctx
 
 
@@ -46,6 +46,24 @@ def test_a_raced_lr_search_finds_the_same_fix_in_fewer_steps():
     assert found[True][:4] == found[False][:4]
     assert found[True][4] < found[False][4]
     assert any(found[True][5]) and not any(found[False][5])
+
+
+def test_a_search_whose_choice_another_node_reads_races_only_what_cannot_change_its_choice():
+    """A healthy MLP searched upwards (the plateau's higher_lr, whose chosen factor the long window replays):
+    no LR works, so its choice is the trial that ends lowest. A trial that can neither work nor end below the
+    lowest so far stops; the choice and its figures are those of the search without racing."""
+    found = {}
+    for racing in (False, True):
+        ctx = with_baseline(lambda: mlp_setup(lr=0.05), race=False)
+        ctx.racing = racing
+        out = LR_SEARCH.measure(ctx, LrSearchParams(steps=30, direction="up", against="base"))
+        found[racing] = out
+    plain, raced = found[False], found[True]
+    assert not plain.fix_works and (raced.chosen, raced.lr_factor, raced.loss_end, raced.improvement) == (
+        plain.chosen, plain.lr_factor, plain.loss_end, plain.improvement)
+    stopped = [t for t in raced.trials if t.raced_out]
+    assert stopped and all("the lowest so far" in t.raced_out for t in stopped)
+    assert sum(t.steps_run for t in raced.trials) < sum(t.steps_run for t in plain.trials)
 
 
 def steps_replayed(report_folder: str) -> int:

@@ -62,6 +62,9 @@ class Context:
     # A differential's candidate that may stop once it can no longer change the verdict (judge/race.py): set
     # by the walk for candidates nothing else reads; an experiment that replays passes it on to its replays.
     race: bool = False
+    # Racing is on in this walk: a search may stop a trial that can no longer change what it chooses, even
+    # where another node reads its choice.
+    racing: bool = False
 
     def past_budget(self) -> bool:
         """Past the ceiling on this rank: a loop that agrees it across ranks itself (with its own figures)

@@ -244,7 +244,7 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None, race: bool = False,
             beat: Optional[Bar] = None) -> ReplayOutcome:
     """The replay from the restored snapshot, verified against `p.against` when it names one. `loss_fn`,
     when given, trains in place of the run's own (for an experiment that replays on another loss). `race`:
-    it may stop once it can no longer work, or, with `beat`, no longer end under that bar (judge/race.py)."""
+    it may stop once it can no longer work; `beat`: once it can no longer end under that bar (judge/race.py)."""
     session = ctx.session
     loss_levels(session)  # measured (once) at the checkpoint's weights, before this replay moves them
     setup = session.setup if p.init == "checkpoint" else session.fresh_setup()
@@ -266,7 +266,7 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None, race: bool = False,
             if p.hold_peak_of else None
         own = _own_loop(setup, p, other_loss=loss_fn is not None)
         trace, clip, skip = _run(ctx, p, setup, peak_ratio, lambda t: _worth_extending(t, ctx, p), own,
-                                 _contention(ctx, p, beat) if race else None)
+                                 _contention(ctx, p, beat, race) if race or beat is not None else None)
     if trace.unknown_optimizers:  # not a controlled experiment: that optimizer's state is never restored
         raise NotApplicable(trace.unknown_optimizers + ".")
     if trace.not_applicable:  # not tried: neither a fix nor ruled out
@@ -314,14 +314,23 @@ def _own_loop(setup, p: ReplayParams, other_loss: bool) -> tuple[bool, Optional[
     return True, None
 
 
-def _contention(ctx: Context, p: ReplayParams, beat: Optional[Bar]):
-    """The check that stops a raced replay once it is out of contention (None: nothing to race against,
-    as without a reference, or where any end could work)."""
+def working_end(ctx: Context, p: ReplayParams) -> Optional[float]:
+    """The highest end window at which this replay could still work against its reference (None: no reference,
+    or any end could)."""
     reference = ctx.outcomes.get(p.against) if p.against else None
     if reference is None:
         return None
-    working = highest_working_end(reference_end=end_of(reference.finite, reference.loss_end),
-                                  levels=loss_levels(ctx.session), margin=p.margin, level_margin=p.level_margin)
+    return highest_working_end(reference_end=end_of(reference.finite, reference.loss_end),
+                               levels=loss_levels(ctx.session), margin=p.margin, level_margin=p.level_margin)
+
+
+def _contention(ctx: Context, p: ReplayParams, beat: Optional[Bar], work: bool):
+    """The check that stops a raced replay once it is out of contention: once it cannot work (`work`), or
+    cannot end under `beat` (None: nothing to race against, as without a reference)."""
+    reference = ctx.outcomes.get(p.against) if p.against else None
+    if reference is None:
+        return None
+    working = working_end(ctx, p) if work else None
     bar = lowest([Bar(working, f"work against '{p.against}'") if working is not None else None, beat])
     if bar is None:
         return None

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.inits import InitKind
-from triage.experiments.replay import REPLAY_VIEWS, ReplayOutcome, ReplayParams, measure as replay
+from triage.experiments.replay import REPLAY_VIEWS, ReplayOutcome, ReplayParams, measure as replay, working_end
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN
 from triage.judge import search as judge
 from triage.views import Table
@@ -76,8 +76,9 @@ def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
 
     def run(factor: float) -> None:
         ctx.restart()
-        trials.append((factor, replay(ctx, ReplayParams(**{**base, "lr_scale": p.lr_scale * factor}),
-                                      race=ctx.race, beat=judge.to_beat(trials, _lr_setting, factor))))
+        params = ReplayParams(**{**base, "lr_scale": p.lr_scale * factor})
+        trials.append((factor, replay(ctx, params, race=ctx.race,
+                                      beat=_bar(ctx, params, trials, _lr_setting, factor))))
 
     for factor in p.factors or LR_FACTORS[p.direction]:
         run(factor)
@@ -121,14 +122,23 @@ def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
     inits = [i for i in p.inits if not (i == "default" and _setup_init_is_default(ctx, p.init_of))]
     for init in inits:
         ctx.restart()
-        outcome = replay(ctx, ReplayParams(steps=p.steps, init=init, init_scale=p.init_scale,
-                                           against=p.against, margin=p.margin, level_margin=p.level_margin,
-                                           extend_to=p.extend_to),
-                         race=ctx.race, beat=judge.to_beat(trials, lambda i: f"init={i}"))
+        params = ReplayParams(steps=p.steps, init=init, init_scale=p.init_scale, against=p.against,
+                              margin=p.margin, level_margin=p.level_margin, extend_to=p.extend_to)
+        outcome = replay(ctx, params, race=ctx.race, beat=_bar(ctx, params, trials, lambda i: f"init={i}"))
         trials.append((init, outcome))
     init, chosen = judge.choose(trials)
     return SearchOutcome(**chosen.model_dump(), chosen=f"init={init}",
                          trials=[_trial(f"init={i}", o) for i, o in trials])
+
+
+def _bar(ctx: Context, params: ReplayParams, trials: list, setting, factor: Optional[float] = None):
+    """What the next trial, raced, must end under to change the search's outcome (judge/search.py): once one
+    works, end below the best that works; before, where another node reads the search's choice (ctx.race
+    off), work or end below every trial so far (the choice when none works). None: not racing."""
+    if not ctx.racing:
+        return None
+    beat = judge.to_beat(trials, setting, factor)
+    return beat if beat is not None or ctx.race else judge.to_matter(trials, setting, working_end(ctx, params))
 
 
 def _setup_init_is_default(ctx: Context, init_of: Optional[str]) -> bool:

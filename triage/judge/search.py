@@ -83,6 +83,17 @@ def to_beat(trials: Trials, setting: Callable[[T], str], factor: Optional[float]
     return Bar(end, f"end below {setting(best)}'s {end:.4g}, the best trial that works")
 
 
+def to_matter(trials: Trials, setting: Callable[[T], str], working: Optional[float]) -> Optional[Bar]:
+    """Before any trial works, where the search's choice is read beyond its own differential: a later trial
+    matters by working (its end under `working`, the highest end that could) or by ending below every finite
+    trial so far (choose's pick when none works). None where any end could work or no trial ended finite."""
+    finite = [(s, end(o)) for s, o in trials if math.isfinite(end(o))]
+    if working is None or not finite:
+        return None
+    best, lowest_end = min(finite, key=lambda t: t[1])
+    return Bar(max(lowest_end, working), f"work, or end below {setting(best)}'s {lowest_end:.4g}, the lowest so far")
+
+
 def least_working(trials: Trials) -> Optional[float]:
     """Of the trials (LR multipliers) whose fix works, the multiplier nearest 1 (in orders of magnitude)."""
     working = [factor for factor, o in trials if o.fix_works]

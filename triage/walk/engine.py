@@ -218,14 +218,14 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
                 "same_as": same}), outcomes[same]
         else:
             run, outcome = run_experiment(session, playbook, run_id, outcomes, listener, deadline,
-                                          race=run_id in raced)
+                                          race=run_id in raced, racing=race)
         record(run, outcome)
         return run
 
     def measure_in_copy(run_id: str, new: dict[str, Outcome]) -> tuple[ExperimentRun, Optional[Outcome]]:
         outcomes.update(new)  # in the forked copy: its own copy of `outcomes`, brought up to date
         run, outcome = run_experiment(session, playbook, run_id, outcomes, SilentListener(), deadline,
-                                      race=run_id in raced)
+                                      race=run_id in raced, racing=race)
         if outcome is not None:
             outcomes[run_id] = outcome
         return run, outcome
@@ -285,18 +285,18 @@ def walk(session: Session, playbook: Playbook, listener: Optional[Listener] = No
 
 def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: dict[str, Outcome],
                    listener: Listener, deadline: Optional[float] = None,
-                   race: bool = False) -> tuple[ExperimentRun, Optional[Outcome]]:
+                   race: bool = False, racing: bool = False) -> tuple[ExperimentRun, Optional[Outcome]]:
     """Run the experiment of a run node or a candidate (`node` is its id) from the restored snapshot.
     `deadline` (time.perf_counter()) is the walk's ceiling: an experiment still running then is cut
     (status "timeout"); None, it runs to its last step. `race`: its replays may stop once out of
-    contention (Context.race)."""
+    contention (Context.race); `racing`: racing is on in this walk (Context.racing)."""
     name = playbook.experiments[node]
     experiment = playbook.registry.get(name)
     params = playbook.params[node]
     session.restore()
     left = max(0.0, deadline - time.perf_counter()) if deadline is not None else None
     ctx = Context(session=session, budget_s=left, outcomes=dict(outcomes), progress=listener.progress,
-                  params=playbook.params, race=race)
+                  params=playbook.params, race=race, racing=racing)
     outcome, status, error = None, "ok", None
     anomaly_was_on = torch.is_anomaly_enabled()
     t0 = time.perf_counter()
