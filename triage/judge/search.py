@@ -79,8 +79,8 @@ def to_beat(trials: Trials, setting: Callable[[T], str], factor: Optional[float]
         return None
     if factor is not None and any(abs(math.log10(factor)) < abs(math.log10(f)) for f, _ in working):
         return None
-    best, end = min(working, key=lambda t: t[1])
-    return Bar(end, f"end below {setting(best)}'s {end:.4g}, the best trial that works")
+    best, best_end = min(working, key=lambda t: t[1])
+    return Bar(best_end, f"end below {setting(best)}'s {best_end:.4g}, the best trial that works")
 
 
 def to_matter(trials: Trials, setting: Callable[[T], str], working: Optional[float]) -> Optional[Bar]:
