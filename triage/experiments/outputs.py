@@ -85,8 +85,10 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
         loss = mean_loss(setup, batches, device)
     session.restore()  # the forwards may have moved BatchNorm statistics
     scores = dict(scores_squashed=seen.squashed, targets_discrete=all(_discrete_targets(b) for b in batches),
-                  scores_unsquashed_loss=_scores_unsquashed_loss(setup, batches, device) if seen.squashed else None)
-    session.restore()
+                  scores_unsquashed_loss=None)
+    if seen.squashed:  # one more pass of forwards, with the scores unsquashed
+        scores["scores_unsquashed_loss"] = _scores_unsquashed_loss(setup, batches, device)
+        session.restore()
     if not outputs:
         return OutputCheckOutcome(has_output=False, loss_checkpoint=loss, **scores)
     k = int(outputs[0].shape[-1])

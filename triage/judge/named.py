@@ -46,6 +46,9 @@ VANISHING = 0.01
 SHRANK_OVER_REPLAY = 0.8
 SHRANK_SINCE_INIT = 0.5
 MEMORISES = 0.5  # a replay on 2 examples halves its loss: the model can learn what it is given
+# An optimizer built on the wrong parameters: over half of those it holds get no gradient (a frozen head or
+# two is a design; most of the model is a misbuilt optimizer).
+MISSED_BY_OPTIMIZER = 0.5
 # Labels that carry no signal about the inputs (label_check's leave-one-out nearest neighbour): a
 # classifier's neighbours agree on the label within 0.1 of chance agreement; a regressor's target
 # correlates under 0.1 with its neighbours' (a real one correlates well above it).
@@ -141,7 +144,7 @@ NAMED: dict[str, NamedRule] = {
     # The gradient goes to parameters no optimizer holds while those it holds get none (an optimizer built
     # on a DQN's target network instead of its Q network): the graph is not cut, the optimizer is misbuilt.
     "optimizer_misses_the_gradient": NamedRule(
-        ("flow",), "$flow.no_grad_fraction > 0.5 and $flow.outside_with_grad_fraction > 0",
+        ("flow",), f"$flow.no_grad_fraction > {MISSED_BY_OPTIMIZER} and $flow.outside_with_grad_fraction > 0",
         "over half the optimizer's parameters get no gradient, while parameters it does not hold get one"),
     "vanishing": NamedRule(
         ("flow",), f"$flow.early_late_ratio < {VANISHING} and $flow.early_late_ratio > 0",
