@@ -24,6 +24,10 @@ def test_a_unit_slip_of_ten_thousand_is_inside_the_grid():
     assert out.fix_works and out.lr_factor <= 1e-3
     assert [t.setting for t in out.trials][:3] == ["lr x0.1", "lr x0.01", "lr x0.001"]
     assert out.lrs[0] == 500.0 * out.lr_factor
+    # What the least working factor trains at, and of which optimizer: how the judge tells a slip from a
+    # fix that is far-fetched for that optimizer.
+    assert out.optimizer_kind == "SGD"
+    assert abs(out.least_working_lr - 500.0 * out.least_working_factor) < 1e-9 * out.least_working_lr
 
 
 def test_going_up_it_finds_the_lr_that_trains_and_stops_once_higher_is_worse():

@@ -2,6 +2,7 @@
 score, the confidence it earns, and the errors a malformed differential node gets when it loads."""
 
 import textwrap
+from typing import Optional
 
 import pytest
 from pydantic import Field
@@ -19,12 +20,16 @@ class FakeParams(Params):
     end: float = 1.0
     fails: str = ""  # "raise": the experiment raises; "not_applicable": it cannot run in this setup
     lr_factor: float = 1.0
+    lr: Optional[float] = None  # the LR the factor trains at
+    kind: Optional[str] = None  # of this optimizer class
 
 
 class FakeOutcome(Outcome):
     fix_works: bool
     loss_end: float = Field(description="what the fake 'replay' ended at")
     lr_factor: float = 1.0
+    least_working_lr: Optional[float] = None
+    optimizer_kind: Optional[str] = None
 
 
 def fake(ctx, p):
@@ -32,7 +37,8 @@ def fake(ctx, p):
         raise RuntimeError("the scheduler has no lambda for the new param group")
     if p.fails == "not_applicable":
         raise NotApplicable("the run's loop has no optimizer to add the parameters to")
-    return FakeOutcome(fix_works=p.works, loss_end=p.end, lr_factor=p.lr_factor)
+    return FakeOutcome(fix_works=p.works, loss_end=p.end, lr_factor=p.lr_factor, least_working_lr=p.lr,
+                       optimizer_kind=p.kind)
 
 
 def registry():
@@ -153,6 +159,19 @@ def test_a_fix_over_three_orders_of_magnitude_from_the_runs_lr_claims_medium_at_
     assert result.leaf.diagnosis == "lr_too_high" and result.confidence == confidence
     winner = next(c for c in decision.candidates if c.winner)
     assert (winner.cap_reason is not None) == (confidence == "medium")
+
+
+@pytest.mark.parametrize("lr, confidence", [(1.0, "high"), (1000.0, "medium")])
+def test_a_fix_past_the_lrs_its_optimizer_is_run_at_claims_medium_at_most(tmp_path, lr, confidence):
+    """An L-BFGS run at lr 1 that "trained" at x1000 in the real-programs benchmark (pinn_lbfgs): its closure
+    summed the gradients of the line search's calls. x1000 is inside the grid, lr 1000 is not an L-BFGS LR."""
+    result, decision = diagnose(tmp_path, f"""
+        lower: {{run: fake_fix, with: {{works: true, end: 0.2, lr_factor: 1000, lr: {lr}, kind: LBFGS}},
+                 then: high_lr, tier: 2}}
+    """)
+    assert result.confidence == confidence
+    winner = next(c for c in decision.candidates if c.winner)
+    assert (winner.cap_reason is not None and "usually run at" in winner.cap_reason) == (confidence == "medium")
 
 
 def test_a_candidate_of_a_higher_tier_than_a_working_fix_is_not_run(tmp_path):

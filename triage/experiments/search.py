@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
+import torch
 from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Outcome, Params
@@ -50,6 +51,12 @@ class LrSearchOutcome(SearchOutcome):
     lr_owner: Optional[str] = Field(
         default=None, description="With several optimizers: the one whose LR alone, scaled by the chosen factor, "
                                   "is the fix (the others' alone are not); the chosen replay is that one.")
+    least_working_lr: Optional[float] = Field(
+        default=None, description="The LR the least working factor trains at: the run's LR at the checkpoint "
+                                  "(the first param group of the optimizer it scales) times that factor.")
+    optimizer_kind: Optional[str] = Field(
+        default=None, description="The class of the optimizer whose LR the search scales (None: several of "
+                                  "different classes, scaled together).")
 
 
 class InitSearchParams(Params):
@@ -73,9 +80,12 @@ def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
     none works but the best beat the run, one more between it and the next higher LR."""
     trials: list[tuple[float, ReplayOutcome]] = []
     base = p.model_dump(exclude={"direction", "factors"})
+    checkpoint_lrs: dict[str, tuple[str, float]] = {}
 
     def run(factor: float) -> None:
         ctx.restart()
+        if not checkpoint_lrs:  # as restored, before any trial scales it
+            checkpoint_lrs.update(_lrs(ctx.session.setup.optimizer))
         params = ReplayParams(**{**base, "lr_scale": p.lr_scale * factor})
         trials.append((factor, replay(ctx, params, race=ctx.race,
                                       beat=_bar(ctx, params, trials, _lr_setting, factor))))
@@ -93,10 +103,29 @@ def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
     settings += [f"{_lr_setting(factor)} of '{name}' alone" for name, _ in alone]
     if owner is not None:
         chosen = dict(alone)[owner]
+    least = judge.least_working(trials)
+    kind, lr = _scaled(checkpoint_lrs, owner or p.lr_of)
     return LrSearchOutcome(**{**chosen.model_dump(), "lr_factor": factor}, lr_owner=owner,
-                           least_working_factor=judge.least_working(trials),
+                           least_working_factor=least, optimizer_kind=kind,
+                           least_working_lr=None if least is None or lr is None else lr * least * p.lr_scale,
                            chosen=_lr_setting(factor) + (f" of '{owner}'" if owner else ""),
                            trials=[_trial(s, o) for s, o in zip(settings, [o for _, o in trials + alone])])
+
+
+def _lrs(optimizer: torch.optim.Optimizer) -> dict[str, tuple[str, float]]:
+    """Each optimizer's class and the LR of its first param group, by name ("" for a single optimizer)."""
+    named = dict(getattr(optimizer, "optimizers", {})) or {"": optimizer}
+    return {name: (type(o).__name__, float(o.param_groups[0]["lr"])) for name, o in named.items()
+            if o.param_groups and isinstance(o.param_groups[0].get("lr"), (int, float))}
+
+
+def _scaled(lrs: dict[str, tuple[str, float]], name: Optional[str]) -> tuple[Optional[str], Optional[float]]:
+    """The class and checkpoint LR of the optimizer a search scales: the one named, the only one, or the
+    first of several of one class (scaled together); (None, None) for several of different classes."""
+    if name is not None:
+        return lrs.get(name, (None, None))
+    kinds = {kind for kind, _ in lrs.values()}
+    return next(iter(lrs.values())) if len(kinds) == 1 else (None, None)
 
 
 def _whose_lr(ctx: Context, base: dict, lr_scale: float, chosen: ReplayOutcome) -> tuple[Optional[str], list]:

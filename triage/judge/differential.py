@@ -3,7 +3,7 @@ where the abnormality a candidate repairs was measured), the lowest score within
 of another cause at that tier ends about as low, or where a candidate relevant to the symptom was not
 measured to its end; never more than the winner's own `confidence:` (a drastic change that won with
 nothing measured for it to repair), nor than medium where the LR that trained is over FAR_FACTOR away
-from the run's own; low where no fix works."""
+from the run's own or past what its optimizer is usually run at; low where no fix works."""
 
 from __future__ import annotations
 
@@ -20,16 +20,41 @@ from triage.records import CandidateResult, Confidence
 # written as 1e-6, is common enough to keep its "high".)
 FAR_FACTOR = 1000.0
 
+# The learning rates each optimizer is run at in practice: PyTorch's default inside, the edges those of
+# the usual tuning grids (1e-6..1e-1 for the adaptive methods, whose steps are normalised; plain SGD up to
+# 10 under large batches and normalisation layers; L-BFGS at 1 with a line search). A fix that takes the
+# LR past the far edge in its own direction (Adam raised to 1, L-BFGS to 1000, SGD lowered to 1e-8)
+# compensates for something else far more often than it undoes a mistyped LR. Optimizers not named here
+# have no range, and only FAR_FACTOR applies.
+_ADAPTIVE = (1e-7, 0.1)
+USUAL_LR: dict[str, tuple[float, float]] = {
+    "Adam": _ADAPTIVE, "AdamW": _ADAPTIVE, "NAdam": _ADAPTIVE, "RAdam": _ADAPTIVE, "Adamax": _ADAPTIVE,
+    "SparseAdam": _ADAPTIVE, "RMSprop": _ADAPTIVE, "Adagrad": (1e-6, 1.0), "SGD": (1e-6, 10.0),
+    "LBFGS": (1e-3, 10.0),
+}
 
-def far_fetched(lr_factor: object) -> Optional[str]:
-    """Why a fix at this LR multiplier may claim medium at most (None: a factor of an ordinary size)."""
-    if not isinstance(lr_factor, (int, float)) or not math.isfinite(lr_factor) or lr_factor <= 0:
+
+def far_fetched(lr_factor: object, moved_to: object = None, optimizer_kind: object = None) -> Optional[str]:
+    """Why a fix at this LR multiplier may claim medium at most (None: a factor of an ordinary size, to an LR
+    inside what the optimizer is usually run at). `moved_to` is the LR the factor trains at, of an optimizer
+    of class `optimizer_kind`."""
+    if not _positive(lr_factor):
         return None
-    if 1 / FAR_FACTOR <= lr_factor <= FAR_FACTOR:
+    if not 1 / FAR_FACTOR <= lr_factor <= FAR_FACTOR:
+        return (f"the LR that trained is x{lr_factor:g} the run's own, over {FAR_FACTOR:g}x away: a loop or a "
+                "loss that scales the step (gradients summed over calls, a sum where a mean was meant) is as "
+                "likely as a mistyped LR")
+    low, high = USUAL_LR.get(optimizer_kind, (0.0, math.inf)) if isinstance(optimizer_kind, str) else (0.0, math.inf)
+    if not _positive(moved_to) or (lr_factor <= 1 or moved_to <= high) and (lr_factor >= 1 or moved_to >= low):
         return None
-    return (f"the LR that trained is x{lr_factor:g} the run's own, over {FAR_FACTOR:g}x away: a loop or a "
-            "loss that scales the step (gradients summed over calls, a sum where a mean was meant) is as "
-            "likely as a mistyped LR")
+    side = "above" if lr_factor > 1 else "below"
+    return (f"the LR that trained, {moved_to:g} (x{lr_factor:g} the run's own), is {side} the LRs {optimizer_kind} "
+            f"is usually run at ({low:g} to {high:g}): a loop or a loss that scales the step is as likely as a "
+            "mistyped LR")
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def tier_of(declared: int, abnormal: Optional[bool]) -> int:

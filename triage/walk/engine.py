@@ -472,8 +472,9 @@ def _ended(candidate: CandidateResult, read, spec: DifferentialNode) -> Candidat
         return candidate.model_copy(update={"status": status, "tried": status != "not_applicable"})
     update = {"status": status, **_verdict(read(candidate.id, spec.works), read(candidate.id, spec.score)),
               "raced_out": read(candidate.id, "raced_out")}
-    # How far the LR had to move: the nearest working trial of a search, else the factor replayed.
-    reason = far_fetched(read(candidate.id, "least_working_factor") or read(candidate.id, "lr_factor"))
+    # How far the LR had to move, and to what: the nearest working trial of a search, else the factor replayed.
+    reason = far_fetched(read(candidate.id, "least_working_factor") or read(candidate.id, "lr_factor"),
+                         read(candidate.id, "least_working_lr"), read(candidate.id, "optimizer_kind"))
     if reason is not None:
         update |= {"cap": "low" if candidate.cap == "low" else "medium", "cap_reason": reason}
     return candidate.model_copy(update=update)
