@@ -13,6 +13,8 @@ from triage.errors import PlaybookError
 from triage.experiments import Experiment, NotApplicable, Outcome, Params, default_registry
 from triage.walk.playbook import load_playbook
 from triage.load.session import session_from_factory
+from triage.report import write_report
+from triage.report.build import build_report
 
 
 class FakeParams(Params):
@@ -164,14 +166,21 @@ def test_a_fix_over_three_orders_of_magnitude_from_the_runs_lr_claims_medium_at_
 @pytest.mark.parametrize("lr, confidence", [(1.0, "high"), (1000.0, "medium")])
 def test_a_fix_past_the_lrs_its_optimizer_is_run_at_claims_medium_at_most(tmp_path, lr, confidence):
     """An L-BFGS run at lr 1 that "trained" at x1000 in the real-programs benchmark (pinn_lbfgs): its closure
-    summed the gradients of the line search's calls. x1000 is inside the grid, lr 1000 is not an L-BFGS LR."""
-    result, decision = diagnose(tmp_path, f"""
+    summed the gradients of the line search's calls. x1000 is inside the grid, lr 1000 is not an L-BFGS LR.
+    The ticket and the page say why a fix that works is not "high"."""
+    session = session_from_factory(mlp_setup)
+    playbook = load_playbook(book(tmp_path, f"""
         lower: {{run: fake_fix, with: {{works: true, end: 0.2, lr_factor: 1000, lr: {lr}, kind: LBFGS}},
                  then: high_lr, tier: 2}}
-    """)
+    """), registry())
+    result = walk(session, playbook)
     assert result.confidence == confidence
-    winner = next(c for c in decision.candidates if c.winner)
+    winner = next(c for c in result.decisions[-1].candidates if c.winner)
     assert (winner.cap_reason is not None and "usually run at" in winner.cap_reason) == (confidence == "medium")
+    write_report(build_report(result, session, playbook, "triage run", None), tmp_path / "out")
+    said = "Why not high:** the LR that trained, 1000 (x1000 the run's own), is above the LRs LBFGS"
+    assert (said in (tmp_path / "out" / "summary.md").read_text()) == (confidence == "medium")
+    assert ("<b>Why not high:</b>" in (tmp_path / "out" / "report.html").read_text()) == (confidence == "medium")
 
 
 def test_a_candidate_of_a_higher_tier_than_a_working_fix_is_not_run(tmp_path):

@@ -195,6 +195,8 @@ LABELS: dict[str, tuple[str, str, str]] = {
     'lr_changed_in': ('LR changed in', '', 'Several optimizers (Setup.optimizers).'),
     'lr_end': ('LR end', '', 'The LR at the end of the trace.'),
     'least_working_factor': ('nearest LR factor that trained', '×', "Of the LR trials that work, the multiplier nearest the run's own."),
+    'least_working_lr': ('nearest LR that trained', '', "The run's LR at the checkpoint times the nearest factor that trained."),
+    'optimizer_kind': ('optimizer scaled', '', 'The class of the optimizer whose LR the search scaled.'),
     'lr_factor': ('LR factor', '×', "The multiplier of the run's learning rate it trained at (a search: the chosen trial's)."),
     'lr_now': ('LR now', '', "The optimizer's LR at the checkpoint."),
     'lr_now_ratio': ('LR now ratio', '×', 'lr_now / lr_peak.'),

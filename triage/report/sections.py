@@ -28,7 +28,7 @@ from triage.report.kind import HEADINGS, verdict_kind
 from triage.report.words import describe_change, format_figure
 from triage.views import Bars, Curve, SourceExcerpt, Table as TableView, View
 
-__all__ = ["Views", "build_views", "describe_change", "format_figure", "key_figures", "summary_views"]
+__all__ = ["Views", "build_views", "capped_by", "describe_change", "format_figure", "key_figures", "summary_views"]
 
 # How a counterfactual is judged, not what it changes.
 _VERIFICATION_PARAMS = {"against", "margin", "level_margin", "extend_to"}
@@ -113,6 +113,7 @@ class Views:
     kind: str = "verified"  # how the verdict looks (report/kind.py)
     headings: tuple[str, str] = ("Root cause", "Fix")  # what the verdict and its fix box are called
     fix_trial: Optional[FixTrial] = None  # the proof's replay in values
+    capped: Optional[str] = None  # why the verdict's winning fix may claim less than high (capped_by)
 
 
 def build_views(report: Report) -> Views:
@@ -155,6 +156,7 @@ def build_views(report: Report) -> Views:
         differentials=differential_views(report, lambda run: headline_values(report, run)),
         ranks=rank_section(report),
         kind=verdict_kind(report), headings=HEADINGS[verdict_kind(report)], fix_trial=tried(report),
+        capped=capped_by(report),
     )
 
 
@@ -535,6 +537,17 @@ def key_figures(report: Report, limit: int = 5) -> list[tuple[str, str]]:
     return list(found.items())[:limit]
 
 
+def capped_by(report: Report) -> Optional[str]:
+    """Why the fix that won the differential the verdict came through may claim medium at most, though it
+    works (an LR moved past what its optimizer is run at): None where nothing held it back. As the walk
+    caps a verdict (walk/engine.Walk.confidence), the last differential with a winner is that one."""
+    for decision in reversed(report.decisions):
+        winner = next((c for c in decision.candidates if c.winner), None)
+        if winner is not None:
+            return winner.cap_reason if winner.then in report.path else None
+    return None
+
+
 def summary_views(report: Report) -> dict[str, Any]:
     """What summary.md needs: the proof in words and the figures that decided (no plots drawn)."""
     references = _references(report)
@@ -549,7 +562,7 @@ def summary_views(report: Report) -> dict[str, Any]:
         "proof_table": _proof_table(report, proof, reference),
         "key_figures": key_figures(report),
         "kind": verdict_kind(report), "headings": HEADINGS[verdict_kind(report)], "fix_trial": tried(report),
-        "location": _location(report),
+        "capped": capped_by(report), "location": _location(report),
         "measured": {run.node: measured(report, run, _own_figures(decisions.get(run.node), run.node))
                      for run in report.experiments},
     }
