@@ -311,3 +311,26 @@ def test_a_candidate_that_does_not_apply_is_not_tried_and_says_why(tmp_path):
     assert result.runs["unfreeze"].status == "not_applicable"
     assert "no optimizer to add the parameters to" in result.runs["unfreeze"].error
     assert result.leaf.diagnosis == "lr_too_high" and decision.confidence == "medium"
+
+
+def test_a_playbook_that_sets_its_own_bar_for_a_fix_says_so_in_the_report(tmp_path):
+    """A team may loosen "clearly better" on purpose (`margin: 0.95`, `close: 0.9`): the verdict then follows
+    its rule, and the report names each bar moved, the judge's own value and the nodes that used it."""
+    session = session_from_factory(mlp_setup)
+    candidates = """
+        asis: {run: replay}
+        lower: {run: replay, with: {lr_scale: 0.1, %s against: asis}, then: high_lr, tier: 2}
+    """
+
+    def overridden(candidates: str, close: str = "") -> list[str]:
+        path = book(tmp_path, candidates)
+        path.write_text(path.read_text().replace("    otherwise: none_works\n  none_works:",
+                                                 f"{close}    otherwise: none_works\n  none_works:"))
+        playbook = load_playbook(path)
+        report = build_report(walk(session, playbook), session, playbook, "triage run", None)
+        return [f.text for f in report.findings if f.id == "judge_overridden"]
+
+    assert overridden(candidates % "") == []
+    assert overridden(candidates % "margin: 0.8,") == []  # the judge's own value, written out: nothing moved
+    found = overridden(candidates % "margin: 0.95,", close="    close: 0.9\n")
+    assert len(found) == 1 and "margin 0.95 (the judge's 0.8) at lower; close 0.9 (the judge's 0.8) at which" in found[0]

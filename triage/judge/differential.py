@@ -14,6 +14,10 @@ from typing import Callable, Iterable, Optional
 from triage.records import CandidateResult, Confidence
 
 
+# A rival fix of another cause at the winner's tier whose score is within this ratio of the winner's makes
+# the verdict medium: the data cannot tell the two apart (a playbook's differential node may set `close`).
+CLOSE = 0.8
+
 # An LR fix more than three orders of magnitude from the run's own (x1e4, x1e-4) is rarely a mistyped LR:
 # something else scales the step (gradients summed over a closure's calls, a loss summed, not averaged).
 # A run whose LR-scaled replay trains is still evidence, not a confirmed cause. (A slip of x1000, 1e-3

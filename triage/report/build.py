@@ -12,6 +12,8 @@ import pydantic
 import torch
 
 from triage.causes import ROOT_CAUSES
+from triage.judge.differential import CLOSE
+from triage.judge.fix import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN
 from triage.load.disagreements import FINDING_ID as DISAGREEMENT, finding_text
 from triage.report.distributed import distributed_info
 from triage.walk.engine import CONFIDENCE_ORDER, Walk
@@ -60,7 +62,7 @@ def build_report(walk: Walk, session: Session, playbook: Playbook, command: str,
         evidence=[n for n in leaf.evidence if n in walk.runs] + ([leaf.proof] if unverified else []),
         location=_location(leaf, walk),
         findings=[FindingRecord(id=f.id, text=filled(f.text, walk.lookup), evidence=[n for n in f.evidence if n in walk.runs])
-                  for f in held] + _session_findings(session),
+                  for f in held] + _session_findings(session) + _judge_overridden(playbook, walk),
         path=walk.path,
         decisions=walk.decisions,
         experiments=list(walk.runs.values()),
@@ -158,6 +160,34 @@ def _session_findings(session: Session) -> list[FindingRecord]:
     found = [FindingRecord(id=fid, text=text) for fid, text in [*loading, *(guard.findings() if guard else [])]]
     disagree = finding_text(session.disagreements)
     return found + ([FindingRecord(id=DISAGREEMENT, text=disagree)] if disagree else [])
+
+
+# The judge's bars for a verified fix that a playbook may set per node, with the judge's own values.
+_JUDGE_RULES = (("margin", DEFAULT_MARGIN), ("level_margin", DEFAULT_LEVEL_MARGIN))
+
+
+def _judge_overridden(playbook: Playbook, walk: Walk) -> list[FindingRecord]:
+    """Where the playbook, on purpose, sets its own bar for a verified fix (`margin`, `level_margin`) or for a
+    close rival (`close`) at a node this walk ran: the verdict then follows the team's rule, not the judge's,
+    and says so."""
+    moved: dict[str, list[str]] = {}
+    for node, params in sorted(playbook.params.items()):
+        if node not in walk.runs:
+            continue
+        for name, judge_value in _JUDGE_RULES:
+            value = getattr(params, name, judge_value)
+            if value != judge_value:
+                moved.setdefault(f"{name} {value:g} (the judge's {judge_value:g})", []).append(node)
+    for decision in walk.decisions:
+        spec = playbook.spec(decision.node) if decision.node in playbook.graph else None
+        if isinstance(spec, DifferentialNode) and decision.candidates and spec.close != CLOSE:
+            moved.setdefault(f"close {spec.close:g} (the judge's {CLOSE:g})", []).append(decision.node)
+    if not moved:
+        return []
+    said = "; ".join(f"{rule} at {', '.join(nodes)}" for rule, nodes in moved.items())
+    return [FindingRecord(id="judge_overridden", evidence=[], text=(
+        f"This playbook sets its own bar where the judge (triage/judge/) has one: {said}. A fix counts as "
+        "verified, and a rival as close, by the team's rule there, not the judge's."))]
 
 
 def _held_findings(playbook: Playbook, walk: Walk) -> list[Finding]:

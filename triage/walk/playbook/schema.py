@@ -7,6 +7,8 @@ from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from triage.judge.differential import CLOSE
+
 Confidence = Literal["high", "medium", "low"]
 
 
@@ -100,7 +102,7 @@ class DifferentialNode(_Strict):
                                                         "candidate's fix is verified.")
     score: str = Field(default="loss_end", description="The outcome field that ranks working candidates "
                                                        "within a tier: lower is better.")
-    close: float = Field(default=0.8, gt=0, le=1, description="A competitor of the winner's tier that also "
+    close: float = Field(default=CLOSE, gt=0, le=1, description="A competitor of the winner's tier that also "
                                                              "works and scores within this ratio of the winner "
                                                              "makes the verdict medium confidence, not high.")
     otherwise: str = Field(description="Where to go when no candidate's fix works.")
