@@ -12,6 +12,7 @@ import triage
 from triage.experiments.base import Context, Experiment, Outcome
 from triage.load.checkpoint import Checkpoint
 from triage.load.session import Session, session_from_factory
+from tests.tiny import judged_by_walk
 
 
 def digits(n_batches: int = 8, batch_size: int = 64, offset: int = 0,
@@ -52,9 +53,12 @@ def session_of(factory: Callable[[], triage.Setup], checkpoint: Optional[Checkpo
 
 
 def run(experiment: Experiment, session: Session, **params) -> Outcome:
-    """As the engine runs a node: restore the snapshot, then measure (exceptions propagate here)."""
+    """As the engine runs a node: restore the snapshot, measure (exceptions propagate here), and read a
+    counterfactual's figures by the judge."""
     session.restore()
-    return experiment.measure(Context(session=session, budget_s=60), experiment.params(**params))
+    values = experiment.params(**params)
+    bars = {name: getattr(values, name) for name in ("margin", "level_margin") if hasattr(values, name)}
+    return judged_by_walk(experiment.measure(Context(session=session, budget_s=60), values), **bars)
 
 
 def trained_checkpoint(factory: Callable[[], triage.Setup], steps: int) -> Checkpoint:

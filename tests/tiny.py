@@ -37,3 +37,11 @@ def context(factory, budget_s: float = 60.0) -> Context:
     session = session_from_factory(factory)
     session.restore()
     return Context(session=session, budget_s=budget_s)
+
+
+def judged_by_walk(outcome, **bars):
+    """A counterfactual's outcome with the judge's reading of it, as the walk records it (an experiment
+    measures the pairing; the walk asks the judge whether the fix works)."""
+    from triage.experiments.verify import judged
+
+    return outcome.model_copy(update=judged(outcome, **bars))

@@ -7,11 +7,12 @@ import torch
 from torch import nn
 
 import triage
-from tests.tiny import blobs, context, mlp_setup
+from tests.tiny import blobs, context, judged_by_walk, mlp_setup
 from triage.experiments.levels import loss_levels
 from triage.experiments.replay import REPLAY, ReplayParams
-from triage.experiments.verify import verification
+from triage.experiments.verify import judged, paired_with
 from triage.experiments.levels import LossLevels
+from types import SimpleNamespace
 
 CLASSIFIER = LossLevels(kind="classification", num_classes=3, chance=math.log(3), constant=1.0)
 
@@ -19,6 +20,12 @@ CLASSIFIER = LossLevels(kind="classification", num_classes=3, chance=math.log(3)
 class _Run:
     def __init__(self, finite, loss_end, val_final=None):
         self.finite, self.loss_end, self.val_final = finite, loss_end, val_final
+
+
+def verification(*, finite, loss_start, loss_end, reference, against, levels, val_end=None) -> dict:
+    """As a counterfactual's outcome ends up: the pairing it measured (paired_with), the judge's reading of it."""
+    paired = paired_with(reference=reference, against=against, levels=levels, val_end=val_end)
+    return {**paired, **judged(SimpleNamespace(finite=finite, loss_start=loss_start, loss_end=loss_end, **paired))}
 
 
 def verify(end, reference, finite=True, start=2.0, levels=CLASSIFIER, val=None):
@@ -92,7 +99,7 @@ def test_a_replay_that_spikes_once_and_recovers_still_verifies():
     base = REPLAY.measure(ctx, ReplayParams(steps=30, lr_scale=40))
     ctx.outcomes["base"] = base
     ctx.restart()
-    fixed = REPLAY.measure(ctx, ReplayParams(steps=30, against="base"))
+    fixed = judged_by_walk(REPLAY.measure(ctx, ReplayParams(steps=30, against="base")))
     assert max(fixed.losses[:5]) > 2 * fixed.loss_end  # it did spike
     assert fixed.fix_works, (base.loss_end, fixed.loss_end, fixed.sane_level)
 
@@ -148,12 +155,6 @@ def test_a_converged_runs_noise_is_not_a_fix():
     """A linear probe that had all but memorised its data (0.008 against ln 10 = 2.3): a candidate ending at
     0.0047 is 40% lower, by 0.1% of the loss of learning nothing, and is no fix (the blind suite's probe was
     called exploding_gradients, high, on that)."""
-    import math
-    from types import SimpleNamespace
-
-    from triage.experiments.levels import LossLevels
-    from triage.experiments.verify import verification
-
     levels = LossLevels(kind="classification", num_classes=10, chance=math.log(10), constant=2.3)
     reference = SimpleNamespace(finite=True, loss_end=0.008, steps_run=40)
     noise = verification(finite=True, loss_start=0.008, loss_end=0.0047, reference=reference, against="baseline",

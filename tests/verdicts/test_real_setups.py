@@ -9,6 +9,7 @@ from torch import nn
 
 import triage
 from tests._instrument_runs import cross_entropy, digits, stock_checkpoint
+from tests.tiny import judged_by_walk
 
 
 def _train_own_loop(setup: triage.Setup, steps: int) -> list[float]:
@@ -171,7 +172,8 @@ def test_a_fix_extended_past_the_run_is_compared_over_the_same_steps():
     ctx.outcomes["baseline"] = REPLAY.measure(ctx, baseline)
     assert 0.9 < ctx.outcomes["baseline"].loss_ratio < 0.95  # slow: a fix that learns would be extended
     session.restore()
-    unchanged = REPLAY.measure(ctx, ReplayParams(steps=40, extend_to=120, against="baseline", wd_scale=1.0))
+    unchanged = judged_by_walk(REPLAY.measure(ctx, ReplayParams(steps=40, extend_to=120, against="baseline",
+                                                                wd_scale=1.0)))
     assert unchanged.steps_run == 120 and unchanged.reference_steps == 120
     assert unchanged.improvement == pytest.approx(1.0) and not unchanged.fix_works
 
@@ -418,7 +420,7 @@ def test_a_long_window_replays_the_lr_factor_the_search_chose():
     chosen = ctx.outcomes["baseline"].model_dump()
     ctx.outcomes["higher_lr"] = LrSearchOutcome(**{**chosen, "lr_factor": 1000.0})
     session.restore()
-    long = REPLAY.measure(ctx, ReplayParams(steps=30, lr_factor_of="higher_lr", against="baseline"))
+    long = judged_by_walk(REPLAY.measure(ctx, ReplayParams(steps=30, lr_factor_of="higher_lr", against="baseline")))
     assert long.lrs[0] == pytest.approx(0.1) and long.steps_run == 30 and long.reference_steps == 30
     assert long.fix_works
     session.restore()

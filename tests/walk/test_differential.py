@@ -334,3 +334,27 @@ def test_a_playbook_that_sets_its_own_bar_for_a_fix_says_so_in_the_report(tmp_pa
     assert overridden(candidates % "margin: 0.8,") == []  # the judge's own value, written out: nothing moved
     found = overridden(candidates % "margin: 0.95,", close="    close: 0.9\n")
     assert len(found) == 1 and "margin 0.95 (the judge's 0.8) at lower; close 0.9 (the judge's 0.8) at which" in found[0]
+
+
+def test_the_experiment_measures_and_the_walk_judges(tmp_path):
+    """A replay paired with the run measures both (its end, the run's over the same steps, the levels) and
+    says nothing of whether its fix works: the walk asks the judge, with the bars the node sets."""
+    from triage.experiments.replay import REPLAY, ReplayParams
+    from triage.experiments.verify import judged
+    from tests.tiny import context
+
+    ctx = context(lambda: mlp_setup(lr=5.0))
+    ctx.outcomes["asis"] = REPLAY.measure(ctx, ReplayParams(steps=40))
+    ctx.restart()
+    measured = REPLAY.measure(ctx, ReplayParams(steps=40, lr_scale=0.01, against="asis"))
+    assert measured.reference_end is not None and measured.levels is not None and measured.fix_works is None
+    assert judged(measured)["fix_works"] and not judged(measured, margin=1e-6)["fix_works"]
+
+    session = session_from_factory(lambda: mlp_setup(lr=5.0))
+    for margin, works in ((0.8, True), (1e-6, False)):
+        result = walk(session, load_playbook(book(tmp_path, f"""
+            asis: {{run: replay}}
+            lower: {{run: replay, with: {{lr_scale: 0.01, margin: {margin}, against: asis}}, then: high_lr, tier: 2}}
+        """), registry()))
+        assert result.outcomes["lower"].fix_works is works
+        assert result.runs["lower"].outcome["fix_works"] is works  # report.json holds the judge's reading too

@@ -28,7 +28,7 @@ from triage.experiments.schedule import RunSchedule
 from triage.experiments.training import (autocast, current_lr, grad_scaler, loss_value,
                                          param_vector_norm, reference_step, scale_weight_decay,
                                          start_end, trainable)
-from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, VerifiedFix, verification
+from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, VerifiedFix, paired_with
 from triage.judge.extension import ReferenceFigures, worth_more_steps
 from triage.judge.fix import end_of, highest_working_end, sane_level
 from triage.judge.race import Bar, lowest, noise, out_of_contention
@@ -295,10 +295,8 @@ def _over_the_same_steps(ctx: Context, p: ReplayParams, outcome: "ReplayOutcome"
         return measure(ctx, reference_params.model_copy(update={"steps": outcome.steps_run, "extend_to": 0}))
 
     extended = ctx.session.memoised(f"replay {p.against} over {outcome.steps_run} steps", longer)
-    return outcome.model_copy(update=verification(
-        finite=outcome.finite, loss_start=outcome.loss_start, loss_end=outcome.loss_end, reference=extended,
-        against=p.against, levels=loss_levels(ctx.session), margin=p.margin, level_margin=p.level_margin,
-        val_end=outcome.val_final))
+    return outcome.model_copy(update=paired_with(reference=extended, against=p.against, levels=loss_levels(ctx.session),
+                                                 val_end=outcome.val_final))
 
 
 def _own_loop(setup, p: ReplayParams, other_loss: bool) -> tuple[bool, Optional[str]]:
@@ -588,9 +586,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
     levels = loss_levels(ctx.session)
     nothing = levels.nothing_learned
     return ReplayOutcome(
-        **verification(finite=finite, loss_start=start, loss_end=end, reference=ctx.outcomes.get(p.against),
-                       against=p.against, levels=levels, margin=p.margin, level_margin=p.level_margin,
-                       val_end=t.val_final),
+        **paired_with(reference=ctx.outcomes.get(p.against), against=p.against, levels=levels, val_end=t.val_final),
         loop_used=t.loop_used, loop_note=t.loop_note,
         optimizer_steps=t.optimizer_steps, scheduler_steps=t.scheduler_steps, lr_changed_in=t.lr_changed_in,
         lr_factor=t.lr_factor,

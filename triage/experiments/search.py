@@ -14,7 +14,7 @@ from pydantic import Field
 from triage.experiments.base import Context, Experiment, Outcome, Params
 from triage.experiments.inits import InitKind
 from triage.experiments.replay import REPLAY_VIEWS, ReplayOutcome, ReplayParams, measure as replay, working_end
-from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN
+from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, judged
 from triage.judge import search as judge
 from triage.views import Table
 
@@ -87,8 +87,8 @@ def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
         if not checkpoint_lrs:  # as restored, before any trial scales it
             checkpoint_lrs.update(_lrs(ctx.session.setup.optimizer))
         params = ReplayParams(**{**base, "lr_scale": p.lr_scale * factor})
-        trials.append((factor, replay(ctx, params, race=ctx.race,
-                                      beat=_bar(ctx, params, trials, _lr_setting, factor))))
+        trials.append((factor, _trial_replay(ctx, params, race=ctx.race,
+                                             beat=_bar(ctx, params, trials, _lr_setting, factor))))
 
     for factor in p.factors or LR_FACTORS[p.direction]:
         run(factor)
@@ -138,8 +138,8 @@ def _whose_lr(ctx: Context, base: dict, lr_scale: float, chosen: ReplayOutcome) 
     alone = []
     for name in names:
         ctx.restart()
-        alone.append((name, replay(ctx, ReplayParams(**{**base, "lr_scale": lr_scale, "lr_of": name}),
-                                   race=ctx.race)))
+        alone.append((name, _trial_replay(ctx, ReplayParams(**{**base, "lr_scale": lr_scale, "lr_of": name}),
+                                          race=ctx.race)))
     working = [name for name, outcome in alone if outcome.fix_works]
     return (working[0] if len(working) == 1 else None), alone
 
@@ -153,11 +153,17 @@ def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
         ctx.restart()
         params = ReplayParams(steps=p.steps, init=init, init_scale=p.init_scale, against=p.against,
                               margin=p.margin, level_margin=p.level_margin, extend_to=p.extend_to)
-        outcome = replay(ctx, params, race=ctx.race, beat=_bar(ctx, params, trials, lambda i: f"init={i}"))
+        outcome = _trial_replay(ctx, params, race=ctx.race, beat=_bar(ctx, params, trials, lambda i: f"init={i}"))
         trials.append((init, outcome))
     init, chosen = judge.choose(trials)
     return SearchOutcome(**chosen.model_dump(), chosen=f"init={init}",
                          trials=[_trial(f"init={i}", o) for i, o in trials])
+
+
+def _trial_replay(ctx: Context, params: ReplayParams, **race) -> ReplayOutcome:
+    """A trial's replay with the judge's reading of it: the search chooses its next trial by it."""
+    outcome = replay(ctx, params, **race)
+    return outcome.model_copy(update=judged(outcome, margin=params.margin, level_margin=params.level_margin))
 
 
 def _bar(ctx: Context, params: ReplayParams, trials: list, setting, factor: Optional[float] = None):

@@ -31,7 +31,7 @@ from triage.experiments.probes import IGNORE_INDEX, class_targets
 from triage.experiments.replay import ReplayOutcome, ReplayParams
 from triage.experiments.replay import measure as replay
 from triage.experiments.training import autocast, loss_value, start_end
-from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, verification
+from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, paired_with
 from triage.views import Curve, Line
 
 Rule = Literal["cross_entropy", "soft_cross_entropy", "binary_cross_entropy", "binary_cross_entropy_on_probabilities",
@@ -240,12 +240,10 @@ def measure(ctx: Context, p: StandardLossParams) -> StandardLossOutcome:
     run_finite = run.finite and all(math.isfinite(x) for x in as_run)
     _, run_end = start_end(as_run)
     reference = SimpleNamespace(finite=run_finite, loss_end=run_end)
-    verified = verification(finite=fixed.finite, loss_start=fixed.loss_start, loss_end=fixed.loss_end,
-                            reference=reference, against="run", levels=levels, margin=p.margin,
-                            level_margin=p.level_margin)
+    paired = paired_with(reference=reference, against="run", levels=levels)
     nothing = levels.nothing_learned
     return StandardLossOutcome(**{
-        **fixed.model_dump(), **verified, "against": None, "rule": rule, "run_losses": as_run,
+        **fixed.model_dump(), **paired, "against": None, "rule": rule, "run_losses": as_run,
         "nothing_level": nothing,
         "level_ratio": fixed.loss_end / nothing if fixed.finite and fixed.loss_end is not None and nothing else None})
 

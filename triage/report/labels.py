@@ -269,6 +269,7 @@ LABELS: dict[str, tuple[str, str, str]] = {
     'reference_loss_ratio': ('reference loss ratio', '×', 'The same for the reference.'),
     'reference_losses': ('reference losses', '', ''),
     'reference_never_changed': ('reference never changed', '', 'Trainable parameters the reference loop left unchanged too.'),
+    'levels': ('loss levels judged against', '', "The loss of learning nothing and the loss's floor that the fix and its reference are judged against."),
     'reference_val': ('validation loss of the run as it was', '', 'The run replayed as it was, at its end, over the same steps.'),
     'reference_steps': ('steps of the run compared', '', 'Steps of the run as it was that the fix is compared with.'),
     'relu_layers': ('ReLU layers', '', 'Rectifier (ReLU-family) layers.'),

@@ -23,7 +23,8 @@ import torch
 
 from triage.load.ranks import current as current_ranks
 from triage.walk.settle import RankFailure, settle
-from triage.experiments import Context, NotApplicable, Outcome
+from triage.experiments import Context, NotApplicable, Outcome, Params
+from triage.experiments.verify import VerifiedFix, judged
 from triage.experiments.levels import loss_levels
 from triage.walk.forked import Candidates, OneByOne, TwoAtOnce, can_fork, training_state_bytes
 from triage.walk.reads import names_read, raceable
@@ -301,7 +302,7 @@ def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: di
     anomaly_was_on = torch.is_anomaly_enabled()
     t0 = time.perf_counter()
     try:
-        outcome = experiment.measure(ctx, params)
+        outcome = _judged(experiment.measure(ctx, params), params)
     except NotApplicable as reason:
         status, error = "not_applicable", str(reason)
         log.info("experiment %s at node %s does not apply: %s", name, node, reason)
@@ -478,6 +479,16 @@ def _ended(candidate: CandidateResult, read, spec: DifferentialNode) -> Candidat
     if reason is not None:
         update |= {"cap": "low" if candidate.cap == "low" else "medium", "cap_reason": reason}
     return candidate.model_copy(update=update)
+
+
+def _judged(outcome: Outcome, params: Params) -> Outcome:
+    """The outcome with the judge's reading of it, where it is a counterfactual paired with a reference: the
+    experiment measures both, the judge says whether the fix works (experiments/verify.judged), with the
+    bars the node's parameters set (the judge's own unless a team's playbook moved them)."""
+    if not isinstance(outcome, VerifiedFix):
+        return outcome
+    bars = {name: getattr(params, name) for name in ("margin", "level_margin") if hasattr(params, name)}
+    return outcome.model_copy(update=judged(outcome, **bars))
 
 
 def _verdict(works: Any, score: Any) -> dict[str, Any]:
