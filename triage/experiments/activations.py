@@ -176,7 +176,7 @@ def measure(ctx: Context, p: ActivationParams) -> ActivationOutcome:
                 ctx.progress(i + 1, len(batches))
     finally:
         watch.remove()
-        session.restore()  # the train-mode forwards moved BatchNorm statistics; put back modes too
+        ctx.restart()  # the train-mode forwards moved BatchNorm statistics; put back modes too
     layers = [t.health(name if call == 0 else f"{name}#{call + 1}") for (name, call), t in watch.tallies.items()]
     outcome = _summarise(layers, len(batches))
     place = module_place(model, outcome.worst_layer)

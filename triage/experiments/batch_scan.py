@@ -74,7 +74,7 @@ def measure(ctx: Context, p: BatchScanParams) -> BatchScanOutcome:
         losses.append(loss)
         norms.append(norm)
         ctx.progress(index + 1, len(session.batches))
-    session.restore()  # drop the gradients and any BatchNorm statistics the forwards moved
+    ctx.restart()  # drop the gradients and any BatchNorm statistics the forwards moved
     z_loss, z_grad = _robust_z(losses, p.mad_floor), _robust_z(norms, p.mad_floor)
     z = [max(a, b) for a, b in zip(z_loss, z_grad)]
     # A batch on which the model itself produces NaN/Inf from finite data (data_check ran before) is

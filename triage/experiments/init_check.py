@@ -62,7 +62,7 @@ def measure(ctx: Context, p: InitCheckParams) -> InitCheckOutcome:
         figures[label] = (mean_loss(setup, batches, device), _activation_std_growth(setup, batches[0], device))
         norms[label], spreads[label] = _matrix_norm(setup.model), matrix_spreads(setup.model)
         ctx.progress(len(figures), 3)
-    session.restore()  # the checkpoint model's forwards may have moved BatchNorm statistics
+    ctx.restart()  # the checkpoint model's forwards may have moved BatchNorm statistics
 
     def ratio(loss: float) -> Optional[float]:
         return loss / expected if expected else None

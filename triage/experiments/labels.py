@@ -61,12 +61,12 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     session = ctx.session
     batches = session.batches
     read = loss_reads(session.setup, batches[0], session.device) if class_targets(batches[0]) is not None else []
-    session.restore()
+    ctx.restart()
     # The labels are what the loss reads; of several (targets and lengths), the largest tensor.
     target = max(read, key=lambda name: dict(named_tensors(batches[0]))[name].numel()) if read else None
     targets = [dict(named_tensors(b)).get(target) for b in batches] if target else [class_targets(b) for b in batches]
     logits = model_output(session.setup, batches[0], session.device) if targets[0] is not None else None
-    session.restore()  # the probe's forward may have moved BatchNorm statistics
+    ctx.restart()  # the probe's forward may have moved BatchNorm statistics
     if targets[0] is None or logits is None or logits.shape[-1] < 2 or not _paired(targets[0], logits):
         return LabelCheckOutcome(is_classification=False, knn_target_correlation=_knn_target_correlation(batches, p))
     k = int(logits.shape[-1])

@@ -97,7 +97,7 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
 
     reference_losses = _reference_loop(ctx, p.steps)
     reference_unchanged = _unchanged(setup.model, start)
-    session.restore()
+    ctx.restart()
     params = trainable(setup.model)
     watch = _UserStepWatch(setup.model, setup.optimizer, params)
     stale = _StaleGradients(getattr(setup.optimizer, "optimizers", {}))
@@ -121,7 +121,7 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
             ratios.append(watch.after_step(figures.norm))
             ctx.progress(step + 1, p.steps)
     user_unchanged = _unchanged(setup.model, start)
-    session.restore()
+    ctx.restart()
 
     sizes = {name: t.numel() for name, t in start.items()}
     total = sum(sizes.values()) or 1

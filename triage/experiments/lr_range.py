@@ -75,7 +75,7 @@ def measure(ctx: Context, p: LrRangeParams) -> LrRangeOutcome:
         loss = ctx.ranks.mean(mean_loss(setup, [session.batches[len(factors) % len(session.batches)]], device))
         if _record(lrs, raw, smooth, lr_prev, loss, p):
             diverged = lr_prev
-    session.restore()  # the sweep wrecked the weights on purpose; hand them back as they were
+    ctx.restart()  # the sweep wrecked the weights on purpose; hand them back as they were
     return _summarise(lrs, raw, smooth, base, diverged)
 
 

@@ -83,12 +83,12 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
     outputs = [o for o in (model_output(setup, b, device) for b in batches) if o is not None]
     with score_losses() as seen:
         loss = mean_loss(setup, batches, device)
-    session.restore()  # the forwards may have moved BatchNorm statistics
+    ctx.restart()  # the forwards may have moved BatchNorm statistics
     scores = dict(scores_squashed=seen.squashed, targets_discrete=all(_discrete_targets(b) for b in batches),
                   scores_unsquashed_loss=None)
     if seen.squashed:  # one more pass of forwards, with the scores unsquashed
         scores["scores_unsquashed_loss"] = _scores_unsquashed_loss(setup, batches, device)
-        session.restore()
+        ctx.restart()
     if not outputs:
         return OutputCheckOutcome(has_output=False, loss_checkpoint=loss, **scores)
     k = int(outputs[0].shape[-1])
@@ -102,10 +102,10 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
     floor = math.log(math.e + k - 1) - 1 if k >= 2 else None
     squashed = finite and bool((rows >= -tol).all() and (rows <= 1 + tol).all())
     unsquashed = _unsquashed_loss(setup, batches, device, probabilities) if squashed else None
-    session.restore()
+    ctx.restart()
     rule, compared = _against_standard(session)
     nothing = standard_levels(session, rule).nothing_learned if compared else None
-    session.restore()
+    ctx.restart()
     return OutputCheckOutcome(
         standard_rule=rule, standard_loss=compared.standard if compared else None,
         loss_vs_standard=compared.own / compared.standard

@@ -2,7 +2,7 @@
 batch holds class labels, which holds the inputs, the mean loss over a few batches.
 
 None of these steps an optimizer. A forward in train mode may update BatchNorm running statistics:
-experiments that probe the checkpoint's model call `session.restore()` when they are done.
+experiments that probe the checkpoint's model call `ctx.restart()` when they are done.
 """
 
 from __future__ import annotations

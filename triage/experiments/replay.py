@@ -291,7 +291,7 @@ def _over_the_same_steps(ctx: Context, p: ReplayParams, outcome: "ReplayOutcome"
         return outcome
 
     def longer() -> ReplayOutcome:
-        ctx.session.restore()
+        ctx.restart()
         return measure(ctx, reference_params.model_copy(update={"steps": outcome.steps_run, "extend_to": 0}))
 
     extended = ctx.session.memoised(f"replay {p.against} over {outcome.steps_run} steps", longer)
