@@ -19,18 +19,18 @@ A counterfactual, started from the same state as the run it is paired with (its 
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional
+from typing import Optional
 
 from pydantic import BaseModel, ConfigDict
 
 from triage.judge.levels import LossLevels
+from triage.outcomes.verify import SaneKind  # what the sane level is made of
 
 DEFAULT_MARGIN = 0.8  # "clearly better": the end window at least 20% below the run's
 DEFAULT_LEVEL_MARGIN = 0.9  # "clearly below" learning nothing: 10% under it, more than noise
 # "Clearly better" in size too: the gain at least 1% of the loss of learning nothing. A run that has all but
 # memorised its data (0.008 against ln 10 = 2.3) ends 40% "better" by the noise of a few batches.
 MIN_GAIN = 0.01
-SaneKind = Literal["constant", "chance", "start"]  # what the sane level is made of
 
 
 class FixVerdict(BaseModel):
