@@ -12,7 +12,7 @@ from triage.outcomes.base import Outcome
 
 class InitCheckOutcome(Outcome):
     num_classes: Optional[int] = Field(
-        default=None, description="K, the logits' last dim (classification).",
+        default=None, description="K, the number of scores the model outputs (the logits' last dim; classification).",
         json_schema_extra={"words": "classes"})
     expected_loss: Optional[float] = Field(
         default=None, description="ln K: uniform guessing.",

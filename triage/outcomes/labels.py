@@ -17,7 +17,7 @@ class LabelCheckOutcome(Outcome):
         description="Batches carry integer labels and the model outputs >= 2 scores.",
         json_schema_extra={"words": "is classification"})
     num_classes: Optional[int] = Field(
-        default=None, description="K, the logits' last dim.",
+        default=None, description="K, the number of scores the model outputs (the logits' last dim).",
         json_schema_extra={"words": "classes"})
     label_min: Optional[int] = Field(default=None, json_schema_extra={"words": "label min"})
     label_max: Optional[int] = Field(default=None, json_schema_extra={"words": "label max"})
