@@ -12,7 +12,7 @@ from triage.outcomes.base import Outcome
 
 class LayerHealth(Outcome):
     name: str = Field(
-        description="Module name; a module called again in one forward is \"name#2\", ...",
+        description='Module name; a module called again in one forward is "name#2", ...',
         json_schema_extra={"words": "name"})
     kind: str = Field(description="Its class: ReLU, GELU, Sigmoid, ...", json_schema_extra={"words": "kind"})
     units: int = Field(json_schema_extra={"words": "units"})

@@ -25,7 +25,7 @@ class LocateOutcome(Outcome):
         default=False, description="Cut by the walk's ceiling (--max-minutes) before finding one.",
         json_schema_extra={"words": "cut short by the time ceiling"})
     stage: Optional[str] = Field(
-        default=None, description="\"forward\" or \"backward\": where it first appears (None: the step did not repeat "
+        default=None, description='"forward" or "backward": where it first appears (None: the step did not repeat '
                                   "its failure).",
         json_schema_extra={"words": "stage"})
     forward_module: Optional[str] = Field(
@@ -47,8 +47,8 @@ class LocateOutcome(Outcome):
         json_schema_extra={"words": "previous module"})
     previous_module_type: Optional[str] = Field(default=None, json_schema_extra={"words": "previous module type"})
     op: Optional[str] = Field(
-        default=None, description="The operation that first produced a non-finite value: \"Tensor.div\", "
-                                  "\"SqrtBackward0\", ...",
+        default=None, description='The operation that first produced a non-finite value: "Tensor.div", '
+                                  '"SqrtBackward0", ...',
         json_schema_extra={"words": "op"})
     domain_edge: Optional[bool] = Field(
         default=None, description="The op has an edge to its domain where finite inputs give NaN/Inf (a log, a "
@@ -59,7 +59,7 @@ class LocateOutcome(Outcome):
         default=None, description="The node anomaly mode's NaN check named.",
         json_schema_extra={"words": "anomaly op"})
     source: Optional[str] = Field(
-        default=None, description="\"path/file.py:123\" of the user code.",
+        default=None, description='"path/file.py:123" of the user code.',
         json_schema_extra={"words": "source"})
     source_line: Optional[str] = Field(default=None, json_schema_extra={"words": "source line"})
     source_context: list[SourceLine] = Field(

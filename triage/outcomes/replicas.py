@@ -23,7 +23,7 @@ class ParamSpread(Outcome):
 class ReplicaOutcome(Outcome):
     world_size: int = Field(description="Processes in the distributed run.", json_schema_extra={"words": "ranks"})
     wrapper: str = Field(
-        description="What setup() returned: \"ddp\", \"fsdp2\" (sharded) or \"plain\".",
+        description='What setup() returned: "ddp", "fsdp2" (sharded) or "plain".',
         json_schema_extra={"words": "wrapper"})
     applies: bool = Field(
         description="Replicas to compare: more than one rank, parameters not sharded.",
