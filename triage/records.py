@@ -21,7 +21,8 @@ class ExperimentRun(BaseModel):
     experiment: str = Field(description="The registered experiment name.")
     summary: str = Field(default="", description="What the experiment does, in a sentence.")
     params: dict[str, Any] = Field(description="Parameters as given, defaults filled in.")
-    status: Status
+    status: Status = Field(description="ok, error, oom, timeout or not applicable.",
+                           json_schema_extra={"words": "how it ended"})  # a condition may read it (`baseline.status`)
     error: Optional[str] = Field(default=None, description="The traceback, when status is not ok.")
     seconds: float
     outcome: Optional[dict[str, Any]] = Field(default=None, description="The measured Outcome, as data.")

@@ -1,7 +1,7 @@
-"""The report and the terminal read outcomes one checked way (triage/report/outcomes.py, issue 24 item 2):
-the reading models hold to the experiments' own Outcome models, every field a reader asks for exists on
-the model it asked for, no reader in report/ or cli/ picks an outcome field by string, and an older
-report or an experiment the report does not know still reads."""
+"""The report and the terminal read outcomes one checked way (triage/report/outcomes.py, issue 24 item 2), through
+the experiments' own torch-free Outcome models (triage/outcomes/, issue 36 item 3): every field a reader asks
+for exists on the model it asked for, no reader in report/ or cli/ picks an outcome field by string, and an
+older report or an experiment the report does not know still reads."""
 
 from __future__ import annotations
 
@@ -13,30 +13,17 @@ import typing
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
 
-from triage.experiments import default_registry
-from triage.experiments.batch_scan import BatchScanOutcome
-from triage.experiments.data_check import DataCheckOutcome
-from triage.experiments.gradient_flow import GradientFlowOutcome
-from triage.experiments.locate import LocateOutcome
-from triage.experiments.replay import ReplayOutcome
-from triage.experiments.replicas import ReplicaOutcome
-from triage.experiments.search import LrSearchOutcome, SearchOutcome
-from triage.experiments.verify import VerifiedFix
+from triage.outcomes import SHIPPED, Outcome
+from triage.outcomes.batch_scan import BatchScanOutcome
+from triage.outcomes.data_check import DataCheckOutcome, NonFiniteTensor
+from triage.outcomes.replay import ReplayOutcome
+from triage.outcomes.search import LrSearchOutcome, SearchOutcome, Trial
 from triage.records import ExperimentRun
-from triage.report import outcomes
-from triage.report.outcomes import (READS, BatchScanRead, DataCheckRead, LrSearchRead, ReplayRead, Reading,
-                                    SearchRead, VerifiedFixRead, outcome_of)
+from triage.report.outcomes import outcome_of, read_as
 
 REPO = Path(__file__).resolve().parents[2]
 READERS = sorted((REPO / "triage" / "report").glob("*.py")) + sorted((REPO / "triage" / "cli").rglob("*.py"))
-
-# Each reading model and the experiments' model it reads.
-READ_AS = {VerifiedFixRead: VerifiedFix, ReplayRead: ReplayOutcome, SearchRead: SearchOutcome,
-           LrSearchRead: LrSearchOutcome, DataCheckRead: DataCheckOutcome, BatchScanRead: BatchScanOutcome,
-           outcomes.GradientFlowRead: GradientFlowOutcome, outcomes.LocateRead: LocateOutcome,
-           outcomes.ReplicaRead: ReplicaOutcome}
 
 
 def _bare(annotation):
@@ -47,63 +34,32 @@ def _bare(annotation):
     return annotation
 
 
-def _mismatches(reading: type[Reading], real: type[BaseModel], where: str) -> list[str]:
-    """Fields of `reading` that `real` lacks, or holds with another type (a nested reading checked likewise)."""
-    wrong = []
-    for name, field in reading.model_fields.items():
-        if name not in real.model_fields:
-            wrong.append(f"{where}.{name}: not a field of {real.__name__}")
-            continue
-        ours, theirs = _bare(field.annotation), _bare(real.model_fields[name].annotation)
-        if typing.get_origin(ours) is list and typing.get_origin(theirs) is list:
-            (ours,), (theirs,) = typing.get_args(ours), typing.get_args(theirs)
-            if isinstance(ours, type) and issubclass(ours, Reading):
-                wrong += _mismatches(ours, theirs, f"{where}.{name}[]")
-                continue
-        if ours != theirs:
-            wrong.append(f"{where}.{name}: {ours} here, {theirs} in {real.__name__}")
-    return wrong
-
-
-def test_every_shipped_experiment_is_named_in_reads():
-    assert sorted(READS) == default_registry().names()
-
-
-@pytest.mark.parametrize("reading", list(READ_AS), ids=lambda r: r.__name__)
-def test_a_reading_holds_to_its_experiments_outcome_model(reading):
-    assert _mismatches(reading, READ_AS[reading], reading.__name__) == []
-
-
-def test_each_experiment_is_read_as_what_its_outcome_model_is():
-    """outcome_of(run, ReplayRead) answers for exactly the experiments whose Outcome is a ReplayOutcome, and
-    so on for every reading: a new replay-like experiment cannot go unread."""
-    wrong = []
-    for experiment in default_registry():
-        read = READS[experiment.name]
-        for reading, real in READ_AS.items():
-            if (read is not None and issubclass(read, reading)) != issubclass(experiment.outcome, real):
-                wrong.append(f"{experiment.name}: {reading.__name__} vs {real.__name__}")
-        if read is not None:
-            assert _mismatches(read, experiment.outcome, experiment.name) == []
-    assert wrong == []
+def test_each_experiment_is_read_as_its_own_outcome_model():
+    """outcome_of(run, ReplayOutcome) answers for exactly the experiments whose Outcome is a ReplayOutcome."""
+    replays = sorted(name for name, model in SHIPPED.items() if issubclass(model, ReplayOutcome))
+    assert replays == ["init_search", "lr_search", "replay", "standard_loss_swap"]
+    for name, model in SHIPPED.items():
+        read = outcome_of(run_of(name, {"steps_run": 3}), ReplayOutcome)
+        assert (read is not None) == (name in replays) and (read is None or type(read) is model)
 
 
 def misreads(source: str, namespace: dict) -> list[str]:
-    """Attributes asked of a reading (a name bound from `outcome_of(run, Model)`, or a parameter annotated
-    with a reading model) that its model lacks. `namespace`: the module's globals, to resolve Model."""
+    """Attributes asked of a reading (a name bound from `outcome_of(run, Model)` or `read_as(Model, ...)`, or a
+    parameter annotated with an outcome model) that its model lacks. `namespace`: the module's globals, to
+    resolve Model."""
     found = []
 
     def model_named(node):
         value = namespace.get(node.id) if isinstance(node, ast.Name) else None
-        return value if isinstance(value, type) and issubclass(value, Reading) else None
+        return value if isinstance(value, type) and issubclass(value, Outcome) else None
 
     def reading_of(expr):
         """The model `expr` evaluates to a reading of, where it is one."""
         if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "outcome_of":
             return model_named(expr.args[1])
-        if isinstance(expr, ast.Call):  # ReplayRead(): a reading with nothing measured
-            return model_named(expr.func)
-        if isinstance(expr, ast.BoolOp):  # outcome_of(run, ReplayRead) or ReplayRead()
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "read_as":
+            return model_named(expr.args[0])  # read_as(ReplayOutcome, {}): a reading with nothing measured
+        if isinstance(expr, ast.BoolOp):  # outcome_of(run, ReplayOutcome) or nothing
             return next(filter(None, map(reading_of, expr.values)), None)
         if isinstance(expr, ast.IfExp):
             return reading_of(expr.body) or reading_of(expr.orelse)
@@ -131,7 +87,7 @@ def misreads(source: str, namespace: dict) -> list[str]:
                     if isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name) \
                             and part.value.id in bound and part.attr in bound[part.value.id].model_fields:
                         item = typing.get_args(_bare(bound[part.value.id].model_fields[part.attr].annotation))
-                        if item and isinstance(item[0], type) and issubclass(item[0], Reading):
+                        if item and isinstance(item[0], type) and issubclass(item[0], Outcome):
                             bound[node.target.id] = item[0]
         for node in ast.walk(fn):
             if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
@@ -151,13 +107,15 @@ def test_every_field_a_reader_asks_for_is_on_the_model_it_reads(path):
 
 
 def test_a_misspelt_field_is_caught():
-    source = ("def reader(run):\n    replay = outcome_of(run, ReplayRead)\n    return replay.los_end\n"
-              "def other(fix: ReplayRead):\n    return fix.loss_end, fix.sanee, outcome_of(None, SearchRead).chosn\n")
-    assert misreads(source, vars(outcomes)) == ["reader:3 ReplayRead.los_end", "other:5 ReplayRead.sanee",
-                                                "other:5 SearchRead.chosn"]
+    source = ("def reader(run):\n    replay = outcome_of(run, ReplayOutcome)\n    return replay.los_end\n"
+              "def other(fix: ReplayOutcome):\n    return fix.loss_end, fix.sanee, outcome_of(None, SearchOutcome).chosn\n"
+              "def blank():\n    nothing = read_as(ReplayOutcome, {})\n    return nothing.fix_workz\n")
+    namespace = {"ReplayOutcome": ReplayOutcome, "SearchOutcome": SearchOutcome}
+    assert misreads(source, namespace) == ["reader:3 ReplayOutcome.los_end", "other:5 ReplayOutcome.sanee",
+                                           "other:5 SearchOutcome.chosn", "blank:8 ReplayOutcome.fix_workz"]
     run = ExperimentRun(node="a", experiment="replay", params={}, status="ok", seconds=1.0, outcome={"loss_end": 1.0})
     with pytest.raises(AttributeError):
-        outcome_of(run, ReplayRead).los_end
+        outcome_of(run, ReplayOutcome).los_end
 
 
 def test_no_reader_in_report_or_cli_picks_an_outcome_field_by_string():
@@ -177,30 +135,41 @@ def run_of(experiment: str, outcome: dict) -> ExperimentRun:
 
 def test_an_outcome_reads_as_its_experiments_model_with_non_finite_numbers():
     replay = outcome_of(run_of("lr_search", {"loss_end": "NaN", "reference_end": "Infinity", "lrs": [0.1],
-                                             "chosen": "lr x0.1", "lr_factor": 0.1, "finite": True}), ReplayRead)
-    assert isinstance(replay, LrSearchRead) and replay.chosen == "lr x0.1" and replay.lr_factor == 0.1
+                                             "chosen": "lr x0.1", "lr_factor": 0.1, "finite": True}), ReplayOutcome)
+    assert isinstance(replay, LrSearchOutcome) and replay.chosen == "lr x0.1" and replay.lr_factor == 0.1
     assert math.isnan(replay.loss_end) and replay.reference_end == math.inf
 
 
 def test_an_experiment_that_measures_something_else_reads_as_none():
-    assert outcome_of(run_of("data_check", {"nonfinite": []}), ReplayRead) is None
-    assert outcome_of(run_of("replay", {"loss_end": 1.0}), SearchRead) is None
-    assert outcome_of(None, ReplayRead) is None
-    assert outcome_of(run_of("replay", {}), ReplayRead) is None
+    assert outcome_of(run_of("data_check", {"nonfinite": []}), ReplayOutcome) is None
+    assert outcome_of(run_of("replay", {"loss_end": 1.0}), SearchOutcome) is None
+    assert outcome_of(None, ReplayOutcome) is None
+    assert outcome_of(run_of("replay", {}), ReplayOutcome) is None
 
 
 def test_an_older_report_reads_with_its_missing_fields_none():
     """A report of an earlier schema lacks fields added since, and may hold ones since removed."""
-    replay = outcome_of(run_of("replay", {"loss_end": 0.5, "a_field_since_removed": 3}), ReplayRead)
+    replay = outcome_of(run_of("replay", {"loss_end": 0.5, "a_field_since_removed": 3}), ReplayOutcome)
     assert replay.loss_end == 0.5 and replay.fix_works is None and replay.skipped is None
-    scan = outcome_of(run_of("batch_scan", {"worst_batch": 2, "worst_value": "not a number"}), BatchScanRead)
+    assert replay.steps_run is None and replay.lr_factor is None  # missing: None, whatever the model's default
+    scan = outcome_of(run_of("batch_scan", {"worst_batch": 2, "worst_value": "not a number"}), BatchScanOutcome)
     assert scan.worst_batch == 2 and scan.worst_value is None  # a value that no longer fits reads as absent
+
+
+def test_records_in_an_outcome_read_as_leniently_as_the_outcome():
+    checked = outcome_of(run_of("data_check", {"nonfinite": [{"split": "train", "batch": 2, "key": "[0]",
+                                                              "nan": "many", "since_removed": 1}]}), DataCheckOutcome)
+    (entry,) = checked.nonfinite
+    assert isinstance(entry, NonFiniteTensor) and (entry.batch, entry.key, entry.nan, entry.inf) == (2, "[0]", None, None)
+    search = outcome_of(run_of("init_search", {"trials": [{"setting": "init=kaiming", "finite": True}]}), SearchOutcome)
+    assert search.trials == [read_as(Trial, {"setting": "init=kaiming", "finite": True})]
+    assert outcome_of(run_of("data_check", {"nonfinite": ["not a record"]}), DataCheckOutcome).nonfinite is None
 
 
 def test_an_experiment_the_report_does_not_know_reads_as_the_model_asked_for():
     """A playbook's own experiment (`imports:`), re-rendered by `triage report`: read by the fields it has."""
     run = run_of("my_own_fix", {"loss_end": 0.25, "fix_works": True, "against": "baseline", "custom": [1, 2]})
-    replay = outcome_of(run, ReplayRead)
+    replay = outcome_of(run, ReplayOutcome)
     assert (replay.loss_end, replay.fix_works, replay.against, replay.finite) == (0.25, True, "baseline", None)
-    checked = outcome_of(run, DataCheckRead)
+    checked = outcome_of(run, DataCheckOutcome)
     assert checked is not None and checked.nonfinite is None

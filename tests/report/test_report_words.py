@@ -1,34 +1,59 @@
-"""Figures in words: every field an experiment measures has an entry in the one table of labels
-(report/labels.py) that report.html and summary.md both read; summary.md names no field; the walked
-path folds the checks that found nothing under one line."""
+"""Figures in words: every field a shipped experiment measures is named by the words its model declares
+beside it, gathered into the one table of labels (report/labels.py) that report.html and summary.md both
+read; one name is never named two ways; a figure's meaning is its own experiment's; summary.md names no
+field; the walked path folds the checks that found nothing under one line."""
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import pkgutil
 import re
+from typing import Optional
 
-import triage.experiments as experiments
+import pytest
+from pydantic import BaseModel, Field
+
+import triage.outcomes as outcomes
+from tests.outcomes.test_outcome_models import models_in
 from tests.report.test_report_render import pipeline_report
-from triage.experiments.base import Outcome
+from triage.report.labels import LABELS, condition_words, meaning, table, value, words
 from triage.report.render import render_html, render_markdown
-from triage.report.labels import LABELS, condition_words, value, words
 
 
 def outcome_fields() -> set[str]:
-    fields = set()
-    for module in pkgutil.iter_modules(experiments.__path__):
-        for _, cls in inspect.getmembers(importlib.import_module(f"triage.experiments.{module.name}"), inspect.isclass):
-            if issubclass(cls, Outcome):
-                fields |= set(cls.model_fields)
-    return fields
+    return {name for model in models_in(outcomes) for name in model.model_fields}
 
 
 def test_every_field_an_experiment_measures_has_a_label():
     missing = sorted(f for f in outcome_fields() if f not in LABELS)
     assert missing == []
-    assert all(entry[0] and "_" not in entry[0] for entry in LABELS.values())  # words, not names
+    assert all(entry.words and "_" not in entry.words for entry in LABELS.values())  # words, not names
+    assert words("baseline.status", "divergence") == "how it ended (baseline)"  # the run's own fact, from records
+
+
+class _Scan(BaseModel):
+    worst: Optional[float] = Field(default=None, description="The worst batch.",
+                                   json_schema_extra={"words": "worst batch"})
+
+
+class _Other(BaseModel):
+    worst: Optional[float] = Field(default=None, description="The worst layer.",
+                                   json_schema_extra={"words": "worst layer"})
+
+
+class _Held(BaseModel):
+    rows: list[_Other] = Field(default_factory=list, json_schema_extra={"words": "rows"})
+
+
+def test_one_field_name_named_two_ways_is_an_error():
+    with pytest.raises(ValueError, match=r"'worst'.*'worst batch'.*_Scan.*'worst layer'.*_Other"):
+        table([_Scan, _Held])  # _Other's fields count too: it is held in _Held.rows
+
+
+def test_a_figure_means_what_its_own_experiment_says():
+    assert meaning("losses", "batch_scan") == "Loss of each snapshot batch at the checkpoint's weights."
+    assert meaning("losses", "replay") == "Training loss per step."
+    assert meaning("truncated", "locate_nonfinite") != meaning("truncated", "replay")
+    assert meaning("losses", "my_own_probe") == ""  # a playbook's own: described two ways, so not at all
+    assert meaning("loss_ratio", "my_own_probe") == meaning("loss_ratio", "replay") != ""
 
 
 def test_a_figure_is_shown_in_words_with_its_unit():

@@ -10,7 +10,9 @@ from triage.load.disagreements import FINDING_ID as DISAGREEMENT
 from triage.report.coordinates import batch_place, nonfinite_step_words, replay_offset
 from triage.report.fix_trial import tried
 from triage.report.model import Report
-from triage.report.outcomes import ReplayRead, SearchRead, outcome_of
+from triage.outcomes.replay import ReplayOutcome
+from triage.outcomes.search import SearchOutcome
+from triage.report.outcomes import outcome_of
 
 _NOT_LOCATED = "not narrowed to a module, batch or parameter"
 
@@ -47,15 +49,15 @@ def proof(report: Report) -> str:
     run = report.experiment(report.proof) if report.proof else None
     if run is None:
         return _evidence(report)
-    replay = outcome_of(run, ReplayRead)
+    replay = outcome_of(run, ReplayOutcome)
     changed = _title(report, run.node) or run.experiment
-    chosen = outcome_of(run, SearchRead)
+    chosen = outcome_of(run, SearchOutcome)
     if chosen is not None and chosen.chosen:
         changed += f", {chosen.chosen} chosen"
     against = report.experiment(replay.against) if replay is not None and replay.against else None
     if against is None or replay is None:
         return f"{run.node}: {changed}: measured {_state(replay, at=replay_offset(report, [run]))}"
-    before = _state(outcome_of(against, ReplayRead), replay.reference_end, replay_offset(report, [against]))
+    before = _state(outcome_of(against, ReplayOutcome), replay.reference_end, replay_offset(report, [against]))
     after = _state(replay, at=replay_offset(report, [run]))
     if before.startswith("end loss") and after.startswith("end loss"):
         after = after.removeprefix("end loss ")
@@ -63,7 +65,7 @@ def proof(report: Report) -> str:
     return f"{run.node}: {changed}: {before} → {after} ({against.node}, as the run was → with the fix{steps})"
 
 
-def _state(replay: Optional[ReplayRead], end: Optional[Any] = None, at: Optional[int] = None) -> str:
+def _state(replay: Optional[ReplayOutcome], end: Optional[Any] = None, at: Optional[int] = None) -> str:
     """How a replay ended: non-finite at a step (the run's, where `at`, its step of replay step 0, is
     known), or its end loss."""
     if replay is not None and replay.finite is False:

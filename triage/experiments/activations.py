@@ -25,10 +25,11 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.places import module_place
 from triage.experiments.training import autocast
 from triage.views import Bars
+from triage.outcomes.activations import ActivationOutcome, LayerHealth
 
 SMOOTH_RECTIFIERS = (nn.LeakyReLU, nn.PReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU, nn.Mish, nn.Hardswish)
 # Units that pass no gradient while never above zero: only these can die. The smooth rectifiers keep
@@ -46,32 +47,6 @@ SATURATED = 0.99  # sigmoid outside [0.01, 0.99], |tanh| above 0.99
 
 class ActivationParams(Params):
     batches: int = Field(default=8, ge=1, description="Snapshot batches to pass forward.")
-
-
-class LayerHealth(Outcome):
-    name: str = Field(description='Module name; a module called again in one forward is "name#2", ...')
-    kind: str = Field(description="Its class: ReLU, GELU, Sigmoid, ...")
-    units: int
-    dead_fraction: Optional[float] = Field(default=None, description="Rectifiers: units never > 0.")
-    saturated_fraction: Optional[float] = Field(default=None, description="Sigmoid/tanh: outputs saturated.")
-    std: float = Field(description="Standard deviation of all its outputs.")
-
-
-class ActivationOutcome(Outcome):
-    batches_checked: int
-    layers: list[LayerHealth] = Field(description="In the order they first ran.")
-    hooked_layers: int
-    relu_layers: int = Field(description="Rectifier (ReLU-family) layers.")
-    max_dead_fraction: Optional[float] = None
-    mean_dead_fraction: Optional[float] = Field(default=None, description="Over rectifier layers, unit-weighted.")
-    worst_layer: Optional[str] = Field(
-        default=None, description="The rectifier with most dead units; without rectifiers, the most saturated.")
-    worst_layer_type: Optional[str] = Field(default=None, description="Its class: ReLU, Sigmoid, ...")
-    worst_layer_previous: Optional[str] = Field(
-        default=None, description="Where it is an nn.Sequential's bare index (`3`): the layer run before it.")
-    worst_layer_previous_type: Optional[str] = None
-    max_saturated_fraction: Optional[float] = None
-    std_growth: Optional[float] = Field(default=None, description="std of the last layer / std of the first.")
 
 
 @dataclass

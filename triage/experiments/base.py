@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from triage.load.ranks import Ranks, current as current_ranks
 from triage.load.session import Session
+from triage.outcomes.base import Outcome  # declared torch-free, in triage/outcomes/; re-exported here
 from triage.views import View
 
 
@@ -33,12 +34,6 @@ class Params(BaseModel):
     """An experiment's parameters; unknown keys in a playbook are errors."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Outcome(BaseModel):
-    """What an experiment measured. Fields a condition may read are plain numbers, bools or strings."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
 
 
 @dataclass

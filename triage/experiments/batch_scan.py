@@ -11,9 +11,10 @@ import torch
 from pydantic import Field
 
 from triage.batches import named_tensors, sample_ids
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.training import forward_backward, grad_scaler, probe_scaler, trainable
 from triage.views import Bars, Table
+from triage.outcomes.batch_scan import BatchScanOutcome
 
 # MAD -> standard deviation for normal data; the z-scores below read like ordinary ones.
 MAD_TO_STD = 1.4826
@@ -27,38 +28,6 @@ class BatchScanParams(Params):
     # In natural-log units: a spread of batch losses below ~10% counts as 10%, so a set of nearly
     # identical batches flags only a batch whose loss or gradient is several times theirs.
     mad_floor: float = Field(default=0.1, gt=0, description="Smallest MAD of log loss / log grad norm.")
-
-
-class BatchScanOutcome(Outcome):
-    losses: list[float] = Field(description="Loss of each snapshot batch at the checkpoint's weights.")
-    grad_norms: list[float] = Field(description="Global gradient norm of each batch.")
-    z_loss: list[float] = Field(description="Robust z-score of log loss (inf for a non-finite loss).")
-    z_grad: list[float] = Field(description="Robust z-score of log gradient norm.")
-    outliers: list[int] = Field(default_factory=list,
-                                description="Batches with a finite loss whose z is above the threshold.")
-    outlier_count: int = 0
-    nonfinite_batches: list[int] = Field(
-        default_factory=list, description="Batches whose loss or gradient is non-finite at these weights.")
-    nonfinite_count: int = 0
-    first_nonfinite_batch: Optional[int] = Field(default=None, description="The first of them.")
-    worst_batch: Optional[int] = Field(
-        default=None, description="The outlier with the highest z (else the highest-z batch of all).")
-    worst_z: float = Field(default=0.0, description="Its z-score (loss or gradient, whichever is higher).")
-    batches_scanned: int = 0
-    worst_tensor: Optional[str] = Field(
-        default=None, description="The tensor of the worst outlier (its dict key or tuple position) whose "
-                                  "largest |value| stands out from the same tensor's in the other batches "
-                                  "(robust z above the threshold); None where no tensor does, no outlier, or "
-                                  "the run is distributed (each rank scans its own batches).")
-    worst_tensor_z: Optional[float] = Field(default=None, description="Its robust z-score (log largest |value|).")
-    worst_value: Optional[float] = Field(default=None, description="Its value of largest magnitude.")
-    worst_value_index: list[int] = Field(default_factory=list, description="Where that value is, e.g. [3, 17]: "
-                                                                           "example 3 of the batch, feature 17.")
-    typical_value: Optional[float] = Field(default=None, description="The same tensor's largest |value|, median "
-                                                                     "over the snapshot's batches.")
-    worst_sample_id: Optional[int] = Field(
-        default=None, description="That example's index in the dataset, where the batch carries its examples' "
-                                  "indices (an 'index' or 'idx' key); else None.")
 
 
 def measure(ctx: Context, p: BatchScanParams) -> BatchScanOutcome:

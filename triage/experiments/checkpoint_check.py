@@ -9,29 +9,12 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
+from triage.outcomes.checkpoint_check import CheckpointCheckOutcome, NonFiniteState
 
 
 class CheckpointCheckParams(Params):
     names: int = Field(default=20, ge=1, le=1000, description="How many tensors to name at most.")
-
-
-class NonFiniteState(Outcome):
-    name: str = Field(description="e.g. 'encoder.0.weight' or 'optimizer exp_avg_sq of encoder.0.weight'.")
-    part: str = Field(description="weights, buffers or optimizer.")
-    nan: int
-    inf: int
-    numel: int
-
-
-class CheckpointCheckOutcome(Outcome):
-    tensors_checked: int
-    nonfinite_count: int = Field(description="Tensors holding a NaN or Inf: weights, buffers and optimizer state.")
-    weights_nonfinite: int = Field(default=0, description="Of those, parameters.")
-    buffers_nonfinite: int = Field(default=0, description="Of those, buffers (BatchNorm statistics, ...).")
-    optimizer_nonfinite: int = Field(default=0, description="Of those, optimizer state (moments, ...).")
-    tensors: list[str] = Field(default_factory=list, description="Their names, the first `names` of them.")
-    nonfinite: list[NonFiniteState] = Field(default_factory=list)
 
 
 @torch.no_grad()

@@ -22,29 +22,16 @@ from typing import Optional
 import torch
 from pydantic import Field
 
-from triage.experiments.base import Context, Experiment, NotApplicable, Outcome, Params
+from triage.experiments.base import Context, Experiment, NotApplicable, Params
 from triage.experiments.training import current_lr, trainable
 from triage.views import Curve
+from triage.outcomes.curvature import CurvatureOutcome
 
 
 class CurvatureParams(Params):
     iterations: int = Field(default=20, ge=2, le=500, description="Power-iteration steps (Hessian-vector products).")
     batches: int = Field(default=2, ge=1, description="Snapshot batches the loss is averaged over.")
     tolerance: float = Field(default=1e-3, gt=0, description="Stop once the estimate moves less than this share.")
-
-
-class CurvatureOutcome(Outcome):
-    sharpness: Optional[float] = Field(default=None, description="Top Hessian eigenvalue (of P^-1 H for Adam).")
-    estimates: list[float] = Field(default_factory=list, description="The power iteration's estimate per step.")
-    preconditioned: bool = Field(default=False, description="Adam-style: the eigenvalue of P^-1 H.")
-    lr: Optional[float] = Field(default=None, description="The run's LR at the checkpoint (its first param group).")
-    edge: Optional[float] = Field(default=None, description="The largest sharpness this optimizer at this LR "
-                                                            "keeps stable: 2(1+momentum)/lr, 38/lr for Adam.")
-    edge_ratio: Optional[float] = Field(default=None, description="sharpness / edge: above 1, past the edge of "
-                                                                  "stability at the run's LR.")
-    stable_lr_scale: Optional[float] = Field(default=None, description="The LR factor at which sharpness meets "
-                                                                       "the edge (1 / edge_ratio).")
-    converged: bool = Field(default=False, description="The estimate settled within tolerance.")
 
 
 def measure(ctx: Context, p: CurvatureParams) -> CurvatureOutcome:

@@ -2,42 +2,16 @@
 
 from __future__ import annotations
 
-import math
-from typing import Optional
-
 import torch
 from pydantic import Field
 
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.batches import named_tensors, sample_ids
+from triage.outcomes.data_check import DataCheckOutcome, NonFiniteTensor
 
 
 class DataCheckParams(Params):
     include_val: bool = Field(default=True, description="Check val_batches too.")
-
-
-class NonFiniteTensor(Outcome):
-    split: str
-    batch: int
-    key: str = Field(description="The tensor in the batch: its dict key or tuple position, e.g. [0] or ['x'].")
-    nan: int
-    inf: int
-    numel: int
-    first_index: list[int] = Field(default_factory=list, description="Where its first NaN/Inf is (row-major), "
-                                   "e.g. [3, 17]: example 3 of the batch, feature 17.")
-    first_value: float = Field(default=math.nan, description="That value: NaN, inf or -inf.")
-    sample_id: Optional[int] = Field(default=None, description="That example's index in the dataset, where the "
-                                     "batch carries its examples' indices (an 'index' or 'idx' key); else None.")
-
-
-class DataCheckOutcome(Outcome):
-    batches_checked: int
-    tensors_checked: int
-    nonfinite_count: int = Field(description="Tensors holding a NaN or Inf, train and val.")
-    train_nonfinite_count: int = Field(default=0, description="Of those, in the training batches.")
-    nonfinite: list[NonFiniteTensor] = Field(default_factory=list)
-    first_bad_batch: int | None = Field(default=None, description="Index of the first bad train batch.",
-                                         json_schema_extra={"ranks": "min"})
 
 
 def measure(ctx: Context, p: DataCheckParams) -> DataCheckOutcome:

@@ -18,27 +18,13 @@ from typing import Any, Optional
 from pydantic import Field
 from torch.utils.data import DataLoader
 
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.fingerprint import order_digest
+from triage.outcomes.epoch_order import EpochOrderOutcome
 
 
 class EpochOrderParams(Params):
     max_batches: int = Field(default=8, ge=1, description="Compare the first N batches of each epoch.")
-
-
-class EpochOrderOutcome(Outcome):
-    has_epoch_batches: bool = Field(description="setup() gave the loop's epoch_batches(epoch).")
-    has_loader: bool = Field(description="setup() gave a DataLoader (as epoch_batches' result or as batches).")
-    sampler: Optional[str] = Field(default=None, description="The loader's sampler.")
-    sampler_has_set_epoch: bool = False
-    batches_compared: int = 0
-    repeats: Optional[bool] = Field(
-        default=None, description="The run's epochs 0 and 1 begin with the same batches in the same order.")
-    loader_repeats: Optional[bool] = Field(
-        default=None, description="Only a DataLoader given: two passes over it give the same order.")
-    fix_reshuffles: Optional[bool] = Field(
-        default=None, description="With sampler.set_epoch(1) called, epoch 1's order differs from epoch 0's "
-                                  "(the sampler shuffles, and set_epoch is what changes its order).")
 
 
 def measure(ctx: Context, p: EpochOrderParams) -> EpochOrderOutcome:

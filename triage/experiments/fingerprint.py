@@ -9,6 +9,7 @@ from typing import Any, Iterable, Iterator, NamedTuple, Optional
 import torch
 
 from triage.batches import map_tensors, named_tensors
+from triage.outcomes.overlap import MAX_SHIFT
 
 # Floats equal to this precision count as the same example (a CSV round trip, say); -0.0 and 0.0 alike.
 ROUNDING = 1e-6
@@ -202,10 +203,10 @@ def example_digests(batches: list[Any], limit: Optional[int] = None) -> Iterator
 
 
 # Shifted windows: a sequence input (a row of at least MIN_STEPS steps) compared with others moved by 1 to
-# MAX_SHIFT steps, over the part they share, at least half of each. A part of fewer than MIN_DISTINCT distinct
-# values (padding, a constant stretch) could match by chance and is not compared.
+# MAX_SHIFT steps (declared in triage/outcomes/overlap.py, beside the figure it bounds), over the part they share,
+# at least half of each. A part of fewer than MIN_DISTINCT distinct values (padding, a constant stretch) could
+# match by chance and is not compared.
 MIN_STEPS = 8
-MAX_SHIFT = 16
 MIN_DISTINCT = 4
 
 

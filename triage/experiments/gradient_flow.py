@@ -13,56 +13,15 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.by_design import frozen_by_design, is_peft
 from triage.experiments.training import autocast, loss_value
 from triage.views import Bars
+from triage.outcomes.gradient_flow import GradientFlowOutcome, ParamGradNorm
 
 
 class GradientFlowParams(Params):
     batches: int = Field(default=1, ge=1, description="Snapshot batches to average the gradient over.")
-
-
-class ParamGradNorm(Outcome):
-    """One parameter's gradient: its L2 norm (0.0 when it got none) and its size."""
-
-    name: str
-    norm: float
-    numel: int
-
-
-class GradientFlowOutcome(Outcome):
-    loss: Optional[float] = Field(default=None, description="Mean loss over the batches used.")
-    layer_norms: list[ParamGradNorm] = Field(description="Per parameter, in registration (depth) order.")
-    trainable_count: int = Field(description="Parameters with requires_grad that the optimizer holds.")
-    no_grad: list[str] = Field(description="Trainable parameters that got no gradient at all (grad None): "
-                                           "the graph from them to the loss is cut.")
-    no_grad_count: int
-    no_grad_fraction: float = Field(description="Of the trainable parameters' elements.")
-    zero_grad: list[str] = Field(default_factory=list, description="Trainable parameters whose gradient is "
-                                 "exactly zero through an intact graph (e.g. behind dead units).")
-    zero_grad_fraction: float = Field(default=0.0, description="Of the trainable parameters' elements.")
-    frozen: list[str] = Field(description="Parameters with requires_grad=False (those frozen by design left out).")
-    frozen_count: int
-    frozen_fraction: float = Field(description="Of all parameter elements.")
-    not_in_optimizer: list[str] = Field(description="requires_grad=True but in no optimizer param group (those "
-                                                    "left out by design not counted).")
-    not_in_optimizer_count: int
-    not_in_optimizer_fraction: float = Field(description="Of all parameter elements.")
-    outside_with_grad_fraction: float = Field(
-        default=0.0, description="Of all parameter elements, those in no optimizer that got a gradient: the "
-                                 "loss trains them, nothing steps them.")
-    by_design: list[str] = Field(default_factory=list, description="Parameters that do not train on purpose: a "
-                                 "PEFT model's base, or the names Setup.frozen_by_design declares.")
-    by_design_fraction: float = Field(default=0.0, description="Of all parameter elements.")
-    peft: bool = Field(default=False, description="The model is a PEFT model (adapters on a frozen base).")
-    loss_has_grad: bool = Field(description="The loss is attached to a graph (loss.requires_grad).",
-                                json_schema_extra={"ranks": "all"})
-    early_late_ratio: Optional[float] = Field(
-        default=None, description="Median grad norm of the first quarter of weight matrices (dim >= 2) "
-                                  "over that of the last quarter.")
-    min_layer_norm: Optional[float] = Field(default=None, description="Over parameters that got a gradient.")
-    max_layer_norm: Optional[float] = None
 
 
 def measure(ctx: Context, p: GradientFlowParams) -> GradientFlowOutcome:

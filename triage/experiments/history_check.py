@@ -2,28 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
-from pydantic import Field
-
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
+from triage.outcomes.history_check import HistoryOutcome
 
 
 class HistoryParams(Params):
     pass
-
-
-class HistoryOutcome(Outcome):
-    points: int = Field(description="Logged points in the run's history.")
-    has_val: bool = Field(description="The history logs a validation loss.")
-    loss_first: Optional[float] = None
-    loss_last: Optional[float] = None
-    val_best: Optional[float] = None
-    val_best_step: Optional[int] = None
-    val_last: Optional[float] = None
-    val_ratio: Optional[float] = Field(default=None, description="Last val loss / best val loss.")
-    train_ratio_since_val_best: Optional[float] = Field(
-        default=None, description="Train loss at the end / train loss when val was best.")
 
 
 def measure(ctx: Context, p: HistoryParams) -> HistoryOutcome:

@@ -11,42 +11,14 @@ import torch
 from pydantic import Field
 
 from triage.contract import Setup
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.levels import loss_levels
 from triage.experiments.probes import class_targets, linear_layers, mean_loss, model_output
+from triage.outcomes.init_check import InitCheckOutcome
 
 
 class InitCheckParams(Params):
     batches: int = Field(default=4, ge=1, description="Average the loss over the first N snapshot batches.")
-
-
-class InitCheckOutcome(Outcome):
-    num_classes: Optional[int] = Field(default=None, description="K, the logits' last dim (classification).")
-    expected_loss: Optional[float] = Field(default=None, description="ln K: uniform guessing.")
-    loss_checkpoint: float
-    loss_setup_init: float = Field(description="Loss with setup()'s own init (setup() called again).")
-    loss_default_init: float = Field(description="Loss with every module's reset_parameters().")
-    checkpoint_ratio: Optional[float] = Field(default=None, description="loss_checkpoint / ln K.")
-    setup_init_ratio: Optional[float] = Field(default=None, description="loss_setup_init / ln K.")
-    default_init_ratio: Optional[float] = Field(default=None, description="loss_default_init / ln K.")
-    setup_init_vs_nothing: Optional[float] = Field(
-        default=None, description="loss_setup_init / the loss of learning nothing (label entropy, binary "
-                                  "entropy, target variance): >> 1 is an init that starts far from sane, for "
-                                  "models without ln K too.")
-    activation_std_growth_checkpoint: Optional[float] = Field(
-        default=None, description="Std of the last Linear/Conv output over the first's, at the checkpoint.")
-    activation_std_growth_setup: Optional[float] = Field(
-        default=None, description="The same at setup()'s init: >> 1 is activations exploding with depth.")
-    activation_std_growth_default: Optional[float] = Field(default=None, description="The same at default init.")
-    setup_init_is_default: Optional[bool] = Field(
-        default=None, description="setup()'s init is PyTorch's default scheme: every weight matrix's spread at "
-                                  "setup()'s init within 25% of its spread after reset_parameters(). A restart "
-                                  "with the default init is then the run's own init redrawn, a control.")
-    weight_norm_checkpoint: float = Field(description="Norm of all the checkpoint's weight matrices (dim >= 2).")
-    weight_norm_setup_init: float = Field(description="The same at setup()'s own init.")
-    weight_norm_vs_init: Optional[float] = Field(
-        default=None, description="weight_norm_checkpoint / weight_norm_setup_init: well below 1 is weights that "
-                                  "collapsed since the start (weight decay, say); well above, weights that blew up.")
 
 
 def measure(ctx: Context, p: InitCheckParams) -> InitCheckOutcome:

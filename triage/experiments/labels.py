@@ -9,13 +9,12 @@ from typing import Any, Optional
 import torch
 from pydantic import Field
 
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.fingerprint import graph_membership
 from triage.experiments.levels import regression_target
 from triage.batches import named_tensors
 from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, loss_reads, model_output
-
-NEIGHBOURS = 5  # regression: the mean of 5 neighbours' targets; one neighbour's is too noisy on small snapshots
+from triage.outcomes.labels import NEIGHBOURS, LabelCheckOutcome
 
 
 class LabelCheckParams(Params):
@@ -23,38 +22,6 @@ class LabelCheckParams(Params):
     ignore_index: int = Field(default=IGNORE_INDEX, description="A target value that marks padding, not a class.")
     max_vocabulary: int = Field(default=1024, ge=2, description="Token inputs with ids beyond this are not "
                                                                "compared (a count vector per example would be too wide).")
-
-
-class LabelCheckOutcome(Outcome):
-    is_classification: bool = Field(description="Batches carry integer labels and the model outputs >= 2 scores.")
-    num_classes: Optional[int] = Field(default=None, description="K, the logits' last dim.")
-    label_min: Optional[int] = None
-    label_max: Optional[int] = None
-    labels_seen: int = Field(default=0, description="Labels counted (ignore_index left out).")
-    out_of_range_count: int = Field(default=0, description="Labels < 0 or >= K.")
-    distinct_labels: int = 0
-    single_class: bool = False
-    majority_fraction: Optional[float] = Field(default=None, description="Share of the most frequent label.")
-    single_class_batch_fraction: Optional[float] = Field(default=None, description="Batches holding one class.")
-    batch_class_ratio: Optional[float] = Field(
-        default=None, description="Mean distinct classes per batch / the mean a shuffled batch of that size "
-                                  "would hold: ~1 shuffled, << 1 when batches come sorted by class.")
-    class_ordered: bool = Field(default=False, description="batch_class_ratio < 0.6 with several classes.")
-    knn_agreement: Optional[float] = Field(
-        default=None, description="Share of examples whose nearest neighbour in input space has their label.")
-    chance_agreement: Optional[float] = Field(default=None, description="Sum of class frequency squared.")
-    knn_examples: int = 0
-    target: Optional[str] = Field(
-        default=None, description="The batch tensor read as the class labels: the integer tensor the loss reads "
-                                  "(by its place in the batch, e.g. [1]), else the last integer tensor.")
-    target_ambiguous: bool = Field(
-        default=False, description="The loss reads several integer tensors of the batch (targets and their "
-                                   "lengths, say): the largest was taken for the labels, and range checks on it "
-                                   "are not proof of a label bug.")
-    knn_target_correlation: Optional[float] = Field(
-        default=None, description="Regression: correlation of each example's target with the mean target of its "
-                                  f"{NEIGHBOURS} nearest neighbours in input space: ~0 when the targets are "
-                                  "unrelated to the inputs (shuffled apart from them).")
 
 
 def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:

@@ -34,7 +34,7 @@ from pydantic import Field
 
 from triage.contract import Precision
 from triage.load.wrappers import is_sharded, unwrap
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.locate_probe import all_finite, anomaly_pass, probe_step
 from triage.experiments.places import module_place
 from triage.experiments.schedule import RunSchedule
@@ -42,7 +42,8 @@ from triage.experiments.training import (forward_backward, grad_scaler, needs_cl
                                          reference_step, trainable)
 from triage.experiments.user_source import display_path, source_context, source_line
 from triage.load.snapshot import rng_state, set_rng_state
-from triage.views import SourceExcerpt, SourceLine
+from triage.views import SourceExcerpt
+from triage.outcomes.locate import LocateOutcome
 
 log = logging.getLogger(__name__)
 
@@ -53,45 +54,6 @@ class LocateParams(Params):
     precision: Optional[Precision] = Field(default=None, description="Autocast dtype; None: as the run.")
     anomaly: bool = Field(default=True, description="For a backward culprit, one anomaly-mode pass of "
                                                     "the failing step to find the forward source line.")
-
-
-class LocateOutcome(Outcome):
-    found: bool = Field(description="A step with a non-finite loss or gradient was reached.")
-    step: Optional[int] = Field(default=None, description="That step (0-based, as replay counts).")
-    steps_run: int = 0
-    truncated: bool = Field(default=False, description="Cut by the walk's ceiling (--max-minutes) before finding one.")
-    stage: Optional[str] = Field(default=None, description='"forward" or "backward": where it first appears '
-                                                           "(None: the step did not repeat its failure).")
-    forward_module: Optional[str] = Field(default=None, description="First module creating a non-finite output.")
-    forward_module_type: Optional[str] = None
-    backward_module: Optional[str] = Field(
-        default=None, description="Module whose forward built the first autograd node with a non-finite grad.")
-    module: Optional[str] = Field(default=None, description="The culprit module for the stage.")
-    module_type: Optional[str] = Field(default=None, description="Its class: Linear, LayerNorm, ...")
-    previous_module: Optional[str] = Field(
-        default=None, description="Where the culprit is an nn.Sequential's bare index (`3`): the layer run "
-                                  "before it, which names the place better than a number.")
-    previous_module_type: Optional[str] = None
-    op: Optional[str] = Field(default=None, description='The op: "Tensor.div", "SqrtBackward0", ...')
-    domain_edge: Optional[bool] = Field(
-        default=None, description="The op has an edge to its domain where finite inputs give NaN/Inf (a log, a "
-                                  "division, a square root, a power, ...); false for ops that only overflow "
-                                  "(a matmul, an add, exp): values that grew past the dtype's range.")
-    anomaly_op: Optional[str] = Field(default=None, description="The node anomaly mode's NaN check named.")
-    source: Optional[str] = Field(default=None, description='"path/file.py:123" of the user code.')
-    source_line: Optional[str] = None
-    source_context: list[SourceLine] = Field(default_factory=list, description="Lines around it, the line marked.")
-    inputs_finite: Optional[bool] = Field(
-        default=None, description="The culprit's inputs (forward) or incoming gradients (backward) were finite.")
-    loss_finite: bool = Field(default=True, description="The loss of the failing step was finite.")
-    nonfinite_parameters: list[str] = Field(
-        default_factory=list, description="Parameters already non-finite before the failing step "
-                                          "(an earlier optimizer update overflowed them).")
-    rank: Optional[int] = Field(
-        default=None, description="Distributed: the rank where the non-finite value starts (its own step "
-                                  "creates it; the module, op and source line are that rank's).")
-    located_ranks: list[int] = Field(default_factory=list, description="Distributed: every rank whose own step "
-                                                                       "created a non-finite value.")
 
 
 def measure(ctx: Context, p: LocateParams) -> LocateOutcome:

@@ -14,13 +14,14 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.views import Curve, Line
 from triage.experiments.own_step import Candidate, OwnStep, weights_fingerprint
 from triage.experiments.training import (autocast, grad_norm, grad_scaler, reference_step,
                                          start_end, trainable, untouched_buffers_and_rng)
 from triage.optimizer_set import ManualUpdate, OptimizerSet
 from triage.experiments.user_source import display_path
+from triage.outcomes.loop_diff import LoopDiffOutcome
 
 
 class LoopDiffParams(Params):
@@ -28,64 +29,6 @@ class LoopDiffParams(Params):
     # A gradient that is summed instead of replaced is, after k steps, about sqrt(k) (uncorrelated) to
     # k (aligned) times a fresh one: 1.5 is clear of both 1 (zeroed each step) and sqrt(10) (step 10).
     growth_threshold: float = Field(default=1.5, gt=1, description="grad_growth above this: accumulating.")
-
-
-class LoopDiffOutcome(Outcome):
-    has_train_step: bool
-    train_step_source: Optional[str] = Field(
-        default=None, description="file:line where the run's train_step is defined (None: none, or inspect "
-                                  "cannot tell, as for a builtin).")
-    steps_run: int = 0
-    params_never_changed: list[str] = Field(
-        default_factory=list, description="Trainable parameters the user's steps left exactly as they were.")
-    unchanged_fraction: float = Field(default=0.0, description="Their share of the trainable elements.")
-    reference_never_changed: list[str] = Field(
-        default_factory=list, description="Trainable parameters the reference loop left unchanged too.")
-    extra_unchanged_fraction: float = Field(
-        default=0.0, description="Share of trainable elements unchanged by the user's steps only.")
-    grads_accumulate: bool = Field(default=False, description="grad_growth > growth_threshold.")
-    grad_growth: Optional[float] = Field(
-        default=None, description="Median over the second half of the calls of |the gradient optimizer.step "
-                                  "was given| / |the fresh gradients, at the same weights, of the batches since "
-                                  "the gradients were last reset (zero_grad or a step)|, read against the "
-                                  "loop's first step where that divides its micro-batches (accumulation); "
-                                  "the gradient left after the call when nothing stepped.")
-    stale_gradient_share: Optional[float] = Field(
-        default=None, description="Several optimizers (a GAN's G and D): of the steps of the optimizer that kept "
-                                  "them most, the share whose gradient was its previous step's gradient plus "
-                                  "every gradient computed since, to 0.1%: nothing reset it in between "
-                                  "(None: one optimizer, or too few steps to compare).")
-    stale_optimizer: Optional[str] = Field(
-        default=None, description="That optimizer's name (Setup.optimizers).")
-    stale_steps: Optional[int] = Field(default=None, description="Its steps given a kept gradient.")
-    stale_compared: Optional[int] = Field(default=None, description="Its steps compared with the one before.")
-    step_grads_zero: bool = Field(
-        default=False, description="The optimizer stepped, but every time on all-zero (or no) gradients.")
-    left_in_eval: bool = Field(default=False, description="Some forward of the user's step ran in eval mode.")
-    eval_forward_fraction: float = Field(default=0.0, description="Share of the user's forwards in eval mode.")
-    eval_after_step: bool = Field(default=False, description="The model was in eval mode after a user step.")
-    optimizer_stepped: bool = Field(
-        default=False, description="The user's steps updated the weights: optimizer.step() ran, a GradScaler "
-                                   "skipped a step on inf gradients, or (a loop with no optimizer object, or one "
-                                   "that updates the weights by hand) the weights moved.",
-        json_schema_extra={"ranks": "all"})
-    optimizer_steps: int = Field(default=0, description="optimizer.step() calls (each optimizer of a set counts).")
-    scaler_skipped_steps: int = Field(default=0, description="Calls in which Setup.scaler's scale fell: a "
-                                                             "GradScaler step skipped on inf gradients.")
-    manual_updates: int = Field(default=0, description="Calls that moved the weights with no optimizer step.")
-    zero_grad_calls: int = Field(default=0, description="optimizer.zero_grad() and model.zero_grad() calls.")
-    unknown_optimizers: Optional[str] = Field(
-        default=None, description="The optimizers train_step stepped that setup() did not hand triage (None: "
-                                  "none): replays cannot restore or reach them.")
-    loss_detached: bool = Field(
-        default=False, description="No trainable parameter received a gradient in any user step.")
-    returned_loss_has_grad: Optional[bool] = Field(
-        default=None, description="The loss train_step returned is part of an autograd graph (a float or "
-                                  "a detached tensor is a normal thing to return; None: not a tensor).")
-    user_losses: list[float] = Field(default_factory=list)
-    reference_losses: list[float] = Field(default_factory=list)
-    user_loss_ratio: Optional[float] = Field(default=None, description="Median last fifth / first fifth.")
-    reference_loss_ratio: Optional[float] = Field(default=None, description="The same for the reference.")
 
 
 def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:

@@ -4,15 +4,15 @@ watch the smoothed loss, stop when it diverges; the steepest descent suggests an
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.probes import mean_loss
 from triage.experiments.training import current_lr, grad_scaler, reference_step, trainable
 from triage.views import Curve, Mark
+from triage.outcomes.lr_range import LrRangeOutcome
 
 
 class LrRangeParams(Params):
@@ -28,17 +28,6 @@ class LrRangeParams(Params):
         if self.max_factor <= self.min_factor:
             raise ValueError("max_factor must be larger than min_factor")
         return self
-
-
-class LrRangeOutcome(Outcome):
-    lrs: list[float] = Field(description="LR of each sweep step (param group 0).")
-    losses: list[float] = Field(description="Smoothed loss after the step at that LR (median of 3, then EMA).")
-    raw_losses: list[float] = Field(default_factory=list, description="The same, unsmoothed.")
-    current_lr: float = Field(description="The LR the sweep is relative to (the optimizer's at the checkpoint).")
-    suggested_lr: Optional[float] = Field(default=None, description="LR at the steepest descent of the loss.")
-    suggested_ratio: Optional[float] = Field(default=None, description="suggested_lr / current_lr.")
-    best_lr: Optional[float] = Field(default=None, description="LR at the lowest smoothed loss.")
-    diverged_at_lr: Optional[float] = Field(default=None, description="LR where the loss blew up, if it did.")
 
 
 def measure(ctx: Context, p: LrRangeParams) -> LrRangeOutcome:

@@ -9,9 +9,10 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.training import current_lr
 from triage.views import Curve, Mark
+from triage.outcomes.lr_trace import LrTraceOutcome
 
 MAX_POINTS = 500  # the trace is subsampled to this many points: enough for a plot and a peak
 
@@ -21,23 +22,6 @@ class LrTraceParams(Params):
                                                                   "times the checkpoint's step.")
     min_steps: int = Field(default=100, ge=1, description="Trace at least this many steps.")
     max_steps: int = Field(default=200_000, ge=1, description="Trace at most this many steps.")
-
-
-class LrTraceOutcome(Outcome):
-    has_scheduler: bool
-    metric_driven: bool = Field(default=False, description="ReduceLROnPlateau: the LR follows a metric.")
-    steps: list[int] = Field(default_factory=list, description="Steps traced (subsampled).")
-    lrs: list[float] = Field(default_factory=list, description="LR of param group 0 at those steps.")
-    checkpoint_step: Optional[int] = Field(default=None, description="Where the run stopped on the schedule.")
-    lr_now: float = Field(description="The optimizer's LR at the checkpoint.")
-    lr_peak: float = Field(description="The highest LR of the schedule (or lr_now, if higher).")
-    lr_now_ratio: float = Field(description="lr_now / lr_peak: ~0 is a schedule that has decayed away.")
-    past_peak: bool = Field(default=False, description="The checkpoint's step is at or after the schedule's "
-                                                       "peak (a low LR before it is warmup, not decay).")
-    lr_end: Optional[float] = Field(default=None, description="The LR at the end of the trace.")
-    horizon: int = Field(description="Steps the trace was meant to cover.")
-    truncated: bool = Field(default=False, description="The schedule ended early, or the walk's ceiling "
-                                                          "(--max-minutes) cut the trace.")
 
 
 def measure(ctx: Context, p: LrTraceParams) -> LrTraceOutcome:

@@ -9,12 +9,13 @@ from typing import Optional
 import torch
 from pydantic import Field
 
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.interventions import unsquash
 from triage.experiments.loss_inputs import score_losses
 from triage.experiments.probes import mean_loss, model_output
 from triage.experiments.standard_loss import Comparison, compare_at_checkpoint, standard_levels, standard_rule
 from triage.batches import named_tensors
+from triage.outcomes.outputs import OutputCheckOutcome
 
 
 class OutputCheckParams(Params):
@@ -22,58 +23,6 @@ class OutputCheckParams(Params):
     tolerance: Optional[float] = Field(
         default=None, gt=0, description="How far row sums may be from 1; None: 1e-3 in fp32, 1e-2 under "
                                         "bf16/fp16 autocast (their softmax rounds at ~4e-3).")
-
-
-class OutputCheckOutcome(Outcome):
-    has_output: bool = Field(description="A floating output of dim >= 2 was seen.")
-    output_dim: Optional[int] = Field(default=None, description="The output's last dim (K for a classifier).")
-    output_min: Optional[float] = None
-    output_max: Optional[float] = None
-    looks_like_probabilities: bool = Field(default=False, description="In [0, 1], rows sum to 1.")
-    looks_like_log_probabilities: bool = Field(default=False, description="<= 0, rows' logsumexp is 0.")
-    loss_checkpoint: Optional[float] = Field(default=None, description="Mean loss over those batches.")
-    probability_ce_floor: Optional[float] = Field(
-        default=None, description="ln(e + K - 1) - 1: the lowest cross-entropy reachable when the scores "
-                                  "fed to it are probabilities (a perfect one-hot still leaves this).")
-    loss_floor_ratio: Optional[float] = Field(
-        default=None, description="loss_checkpoint / probability_ce_floor: ~1 or above with probability "
-                                  "outputs is a loss that cannot go lower.")
-    squashed: bool = Field(default=False, description="Every output lies in [0, 1] (sigmoid or softmax).",
-                           json_schema_extra={"ranks": "all"})
-    scores_squashed: bool = Field(
-        default=False, description="What the run's loss hands a loss on raw scores (binary_cross_entropy_with_"
-                                   "logits, cross_entropy) lies in [0, 1] on every call: squashed before it, "
-                                   "in forward() or after it.", json_schema_extra={"ranks": "all"})
-    scores_unsquashed_loss: Optional[float] = Field(
-        default=None, description="The loss with those scores' squashing undone (log of probability rows, logit "
-                                  "of [0, 1] values) where the score loss receives them.")
-    targets_discrete: bool = Field(default=False, description="The targets are class indices or 0/1 values "
-                                   "(what a loss on scores expects; pixel intensities are not).",
-                                   json_schema_extra={"ranks": "all"})
-    unsquashed_loss: Optional[float] = Field(
-        default=None, description="The loss when the model's output is replaced by its squashing undone "
-                                  "(log of probability rows, logit of [0, 1] values); None when the loss "
-                                  "refuses such values (it wanted probabilities).")
-    unsquash_ratio: Optional[float] = Field(
-        default=None, description="unsquashed_loss / loss_checkpoint: well below 1 is a loss that squashes "
-                                  "what the model already squashed (sigmoid into BCEWithLogits, ...).")
-    standard_rule: Optional[str] = Field(
-        default=None, description="The standard loss for these outputs and targets: cross_entropy (raw scores, "
-                                  "class targets), soft_cross_entropy (target distributions), "
-                                  "binary_cross_entropy (0/1 targets; _on_probabilities when the model squashes "
-                                  "its output) or mse (raw values, float targets); None when none pairs.")
-    standard_loss: Optional[float] = Field(default=None, description="That loss at the checkpoint (eval mode).")
-    loss_vs_standard: Optional[float] = Field(
-        default=None, description="The run's own loss / the standard loss, on the same forwards: 1 when the "
-                                  "run's loss is the standard one.")
-    standard_level_ratio: Optional[float] = Field(
-        default=None, description="The standard loss at the checkpoint / its loss of learning nothing (label "
-                                  "entropy, binary entropy, target variance): how much the model has learned by "
-                                  "the standard measure, whatever its own loss says.")
-    gradient_vs_standard: Optional[float] = Field(
-        default=None, description="|d own/d output - d standard/d output| / |d standard/d output| at the "
-                                  "checkpoint: 0 when the run's loss is the standard one; above a few percent, "
-                                  "a loss of its own making (even where the two values agree).")
 
 
 def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:

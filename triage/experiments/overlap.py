@@ -3,35 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
-from pydantic import Field
-
-from triage.experiments.base import Context, Experiment, Outcome, Params
-from triage.experiments.fingerprint import (MAX_SHIFT, example_digests, examples_unreadable, sequence_rows,
-                                            window_digests)
+from triage.experiments.base import Context, Experiment, Params
+from triage.experiments.fingerprint import example_digests, examples_unreadable, sequence_rows, window_digests
+from triage.outcomes.overlap import OverlapOutcome
 
 
 class OverlapParams(Params):
     pass
-
-
-class OverlapOutcome(Outcome):
-    has_val: bool
-    train_examples: int = 0
-    val_examples: int = 0
-    duplicates: int = Field(default=0, description="Val examples that are also a train example, every tensor "
-                                                   "of them alike.")
-    duplicate_fraction: Optional[float] = Field(default=0.0, description="duplicates / val_examples; unknown "
-                                                                          "where examples are not rows.")
-    first_duplicates: list[int] = Field(default_factory=list, description="Up to 20 val example indices.")
-    not_measured: Optional[str] = Field(default=None, description="Why the examples could not be compared.")
-    shifted_copies: int = Field(
-        default=0, description="Val examples whose input sequence is a training "
-                               f"example's moved by 1 to {MAX_SHIFT} steps (sliding windows), over the part "
-                               "they share.")
-    shifted_fraction: Optional[float] = Field(
-        default=None, description="shifted_copies / val_examples; None where the inputs are not sequences.")
 
 
 def measure(ctx: Context, p: OverlapParams) -> OverlapOutcome:

@@ -16,28 +16,14 @@ from typing import Any, Optional
 from pydantic import Field
 from torch.utils.data import DataLoader, IterableDataset
 
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.fingerprint import batch_digest, example_digests
+from triage.outcomes.rank_data import RankDataOutcome
 
 
 class RankDataParams(Params):
     max_batches: int = Field(default=64, ge=1, description="Compare the first N snapshot batches of each rank.")
     max_examples: int = Field(default=1024, ge=1, description="Compare at most N examples of each rank.")
-
-
-class RankDataOutcome(Outcome):
-    world_size: int
-    batches_compared: int = 0
-    identical_batch_fraction: Optional[float] = Field(
-        default=None, description="Share of batch positions at which every rank holds the very same batch.")
-    identical_groups: list[list[int]] = Field(
-        default_factory=list, description="Groups of ranks whose compared batches are all the same.")
-    shared_example_fraction: Optional[float] = Field(
-        default=None, description="Mean over ranks of the share of a rank's examples another rank also holds.")
-    sampler: Optional[str] = Field(default=None, description="The sampler of setup()'s DataLoader, if it gave one.")
-    sampler_shards: Optional[bool] = Field(
-        default=None, description="A DistributedSampler over the same dataset gives every rank a different "
-                                  "first batch (None: no map-style DataLoader to try it on).")
 
 
 def measure(ctx: Context, p: RankDataParams) -> RankDataOutcome:

@@ -28,11 +28,13 @@ from triage.experiments.schedule import RunSchedule
 from triage.experiments.training import (autocast, current_lr, grad_scaler, loss_value,
                                          param_vector_norm, reference_step, scale_weight_decay,
                                          start_end, trainable)
-from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, VerifiedFix, paired_with
+from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, paired_with
 from triage.judge.extension import ReferenceFigures, worth_more_steps
 from triage.judge.fix import end_of, highest_working_end, sane_level
+from triage.judge.levels import below_floor
 from triage.judge.race import Bar, lowest, noise, out_of_contention
 from triage.views import Curve, Line
+from triage.outcomes.replay import ReplayOutcome
 
 
 class ReplayParams(Params):
@@ -105,97 +107,6 @@ class ReplayParams(Params):
             raise ValueError("swap_saturating changes the model's layers: use it with init setup/default/"
                              "kaiming/xavier, not the checkpoint's weights")
         return self
-
-
-class ReplayOutcome(VerifiedFix):
-    steps_run: int
-    loop_used: Literal["reference", "user"] = Field(
-        default="reference", description="user: the run's own train_step drove the replay; reference: "
-                                         "triage's loop on loss_fn.")
-    loop_note: Optional[str] = Field(default=None, description="Why the replay ran on the reference loop "
-                                                                "although the run has its own train_step.")
-    optimizer_steps: Optional[int] = Field(
-        default=None, description="Optimizer steps the run's own step took (fewer than steps_run under "
-                                  "gradient accumulation or skipped GradScaler steps); None on the reference loop.")
-    lr_factor: float = Field(default=1.0, description="The multiplier of the run's LR this replay trained at "
-                                                       "(1: the run's own).")
-    lr_changed_in: list[str] = Field(
-        default_factory=list, description="Several optimizers (Setup.optimizers): the names of those whose LR "
-                                          "the candidate scaled (every one, or lr_of's alone).")
-    scheduler_steps: int = Field(default=0, description="Times triage stepped the run's scheduler (per step, "
-                                                        "per epoch, or on the loss for ReduceLROnPlateau).")
-    losses: list[float] = Field(description="Training loss per step.")
-    grad_norms: list[float] = Field(description="Global gradient norm per step, before clipping.")
-    lrs: list[float] = Field(description="Learning rate per step.")
-    val_steps: list[int] = Field(default_factory=list)
-    val_losses: list[float] = Field(default_factory=list)
-    skipped: list[int] = Field(default_factory=list, description="Batch indices left out.")
-    overflow_steps: list[int] = Field(
-        default_factory=list, description="Steps whose update a GradScaler skipped (its scale dropped: the "
-                                          "reference loop's, or Setup.scaler under the run's own step); with no "
-                                          "scaler declared, the run's own step that left a non-finite gradient and "
-                                          "did not reach optimizer.step().")
-    overflow_count: int = Field(default=0, description="How many steps overflowed (overflow_steps).")
-    overflowing_batches: list[int] = Field(
-        default_factory=list, description="Snapshot batches that overflowed on every pass, over two passes or "
-                                          "more: skipped each time they came round, never learned from (none "
-                                          "named under gradient accumulation; this rank's batches).")
-    finite: bool = Field(description="Every loss and gradient norm stayed finite (on every rank).",
-                         json_schema_extra={"ranks": "all"})
-    first_nonfinite_step: Optional[int] = None
-    first_nonfinite_ranks: list[int] = Field(
-        default_factory=list, description="Distributed: the ranks whose loss (else gradient norm) was "
-                                          "non-finite at first_nonfinite_step.")
-    rank_loss_end: list[Optional[float]] = Field(
-        default_factory=list, description="Distributed: each rank's end-window loss on its own batches (the "
-                                          "replay's losses are the ranks' mean per step); empty in one process.")
-    truncated: bool = Field(default=False, description="Cut by the walk's ceiling (--max-minutes) part way.")
-    raced_out: Optional[str] = Field(
-        default=None, description="Stopped before its last step because it could no longer change the verdict "
-                                  "(judge/race.py): where, and the figures that showed it. Its other figures are "
-                                  "those of the steps it ran.")
-    loss_start: Optional[float] = Field(default=None, description="Median loss of the first fifth of steps.")
-    loss_end: Optional[float] = Field(default=None, description="Median loss of the last fifth of steps.")
-    loss_ratio: Optional[float] = Field(
-        default=None, description="loss_end / loss_start for a positive loss; for a negative one (a policy-gradient "
-                                  "surrogate, a log-likelihood) 1 + (loss_end - loss_start) / |loss_start|, so that "
-                                  "above 1 is always a rise and below 1 a fall, by the same share of its size.")
-    loss_min: Optional[float] = None
-    loss_max: Optional[float] = None
-    log_slope: Optional[float] = Field(default=None, description="Slope of ln(loss) per step.")
-    max_rise: Optional[float] = Field(
-        default=None, description="Largest rise of the loss above its best so far, in units of loss_start.")
-    max_grad_norm: Optional[float] = None
-    median_grad_norm: Optional[float] = None
-    grad_norm_start: Optional[float] = Field(
-        default=None, description="Median gradient norm of the first fifth of steps: typical, before any blow-up.")
-    clip_threshold: Optional[float] = None
-    clipped_fraction: float = Field(default=0.0, description="Steps whose norm exceeded the clip.")
-    weight_norm_ratio: Optional[float] = Field(default=None, description="|w| after / |w| before.")
-    update_ratio: Optional[float] = Field(default=None, description="|w_end - w_start| / |w_start|.")
-    val_ratio: Optional[float] = Field(default=None, description="Last val loss / best val loss.")
-    val_start: Optional[float] = None
-    val_end: Optional[float] = None
-    val_final: Optional[float] = Field(
-        default=None, description="Validation loss at the replay's end, on the first VAL_BATCHES validation "
-                                  "batches (None without validation data, or where the replay did not end "
-                                  "finite): what a fix is also judged by.")
-    nothing_level: Optional[float] = Field(
-        default=None, description="The loss of a model that learned nothing: the best constant prediction "
-                                  "(label entropy, target variance), else ln K.")
-    level_ratio: Optional[float] = Field(
-        default=None, description="loss_end / nothing_level: ~1 is a run that learned nothing.")
-    pace_vs_run: Optional[float] = Field(
-        default=None, description="The replay's loss fall per step over the run's average fall per step "
-                                  "before the checkpoint (from its logged start, or from the loss of learning "
-                                  "nothing): under 0.1 a replay near the plateau threshold has stalled. "
-                                  "Replays from the checkpoint only.")
-    loss_floor: Optional[float] = Field(
-        default=None, description="The least this loss can score (0 for cross-entropy, MSE, BCE, ...), where "
-                                  "measured: its value on a perfect prediction.")
-    below_floor: bool = Field(default=False, description="The loss went below its floor: a symptom (a term with "
-                                                         "the wrong sign), never a fix.",
-                              json_schema_extra={"ranks": "any"})
 
 
 @dataclass
@@ -591,7 +502,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         optimizer_steps=t.optimizer_steps, scheduler_steps=t.scheduler_steps, lr_changed_in=t.lr_changed_in,
         lr_factor=t.lr_factor,
         nothing_level=nothing, loss_floor=levels.floor,
-        below_floor=levels.below_floor(min(finite_losses) if finite_losses else None),
+        below_floor=below_floor(levels, min(finite_losses) if finite_losses else None),
         level_ratio=end / nothing if end is not None and nothing and nothing > 0 and finite else None,
         pace_vs_run=pace_vs_run(ctx.session, finite_losses, nothing) if finite and p.init == "checkpoint" else None,
         steps_run=len(t.losses), losses=t.losses, grad_norms=t.norms, lrs=t.lrs,

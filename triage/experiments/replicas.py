@@ -20,17 +20,16 @@ largest magnitude. A sharded (FSDP2) model has no replicas (each rank holds its 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Literal, Optional
+from typing import Optional
 
 import torch
 from pydantic import Field
 
 from triage.experiments.fingerprint import tensor_digest
 from triage.load.wrappers import unwrap, wrapper_of
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.replay import ReplayParams, measure as replay
-
-Moment = Literal["checkpoint", "init", "replay"]
+from triage.outcomes.replicas import ParamSpread, ReplicaOutcome
 
 
 class ReplicaParams(Params):
@@ -41,37 +40,6 @@ class ReplicaParams(Params):
     tolerance: float = Field(default=1e-6, ge=0, description="A parameter differs when its spread across ranks "
                                                              "exceeds this share of its largest magnitude "
                                                              "(replicas DDP keeps are bitwise equal).")
-
-
-class ParamSpread(Outcome):
-    name: str
-    moment: Moment
-    spread: float = Field(description="max over elements of (largest - smallest rank's value) / max |w|.")
-
-
-class ReplicaOutcome(Outcome):
-    world_size: int
-    wrapper: str = Field(description='What setup() returned: "ddp", "fsdp2" (sharded) or "plain".')
-    applies: bool = Field(description="Replicas to compare: more than one rank, parameters not sharded.")
-    parameter_count: int = 0
-    differ_at_checkpoint: list[str] = Field(default_factory=list, description="Parameters that differ at the "
-                                                                              "checkpoint (setup()'s init when "
-                                                                              "none was given).")
-    differ_at_init: list[str] = Field(default_factory=list, description="Parameters setup() itself builds "
-                                                                        "differently on each rank.")
-    drifted: list[str] = Field(default_factory=list, description="Parameters equal at the checkpoint that "
-                                                                 "differ after the replay.")
-    parameters: list[str] = Field(default_factory=list, description="Every parameter out of sync, worst first.")
-    out_of_sync_count: int = 0
-    first_moment: Optional[Moment] = Field(default=None, description="The first moment replicas differed.")
-    worst_parameter: Optional[str] = None
-    max_spread: Optional[float] = Field(default=None, description="The largest relative spread measured.")
-    ranks_apart: list[int] = Field(default_factory=list, description="Ranks whose copy of the worst parameter "
-                                                                     "differs from the most common one.")
-    steps_run: int = 0
-    loop: Optional[str] = Field(default=None, description="Whose step the replay ran: the run's own or the reference.")
-    spreads: list[ParamSpread] = Field(default_factory=list, description="The parameters out of sync (at most 20).")
-    explanation: Optional[str] = Field(default=None, description="What the pattern points to.")
 
 
 def measure(ctx: Context, p: ReplicaParams) -> ReplicaOutcome:

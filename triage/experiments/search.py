@@ -11,52 +11,22 @@ from typing import Literal, Optional
 import torch
 from pydantic import Field
 
-from triage.experiments.base import Context, Experiment, Outcome, Params
+from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.inits import InitKind
 from triage.experiments.replay import REPLAY_VIEWS, ReplayOutcome, ReplayParams, measure as replay, working_end
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, judged
 from triage.judge import search as judge
 from triage.views import Table
+from triage.outcomes.search import LrSearchOutcome, SearchOutcome, Trial
 
 # x1e-5 .. x1e5 of the run's LR: a unit slip (1e-3 written as 1e-7, or 10) is inside the grid.
 LR_FACTORS = {"down": [1e-1, 1e-2, 1e-3, 1e-4, 1e-5], "up": [1e1, 1e2, 1e3, 1e4, 1e5]}
-
-
-class Trial(Outcome):
-    setting: str = Field(description="What this trial changed: lr x0.01, init=kaiming, ...")
-    finite: bool = Field(json_schema_extra={"ranks": "all"})
-    loss_end: Optional[float] = None
-    improvement: Optional[float] = None
-    fix_works: Optional[bool] = None
-    steps_run: Optional[int] = None
-    raced_out: Optional[str] = Field(default=None, description="Stopped early, out of contention (its replay's).")
-
-
-class SearchOutcome(ReplayOutcome):
-    chosen: Optional[str] = Field(default=None, description="The trial whose replay this outcome is.")
-    trials: list[Trial] = Field(default_factory=list, description="Every trial, in the order run.")
 
 
 class LrSearchParams(ReplayParams):
     direction: Literal["down", "up"] = Field(description="Lower the LR (divergence) or raise it (plateau).")
     factors: Optional[list[float]] = Field(
         default=None, description="LR multipliers to try, in order; default x0.1..x1e-5 down, x10..x1e5 up.")
-
-
-class LrSearchOutcome(SearchOutcome):
-    lr_factor: Optional[float] = Field(default=None, description="The chosen trial's LR multiplier.")
-    least_working_factor: Optional[float] = Field(
-        default=None, description="Of the trials that work, the multiplier nearest the run's own LR: how far "
-                                  "the LR must move at least (None: none works).")
-    lr_owner: Optional[str] = Field(
-        default=None, description="With several optimizers: the one whose LR alone, scaled by the chosen factor, "
-                                  "is the fix (the others' alone are not); the chosen replay is that one.")
-    least_working_lr: Optional[float] = Field(
-        default=None, description="The LR the least working factor trains at: the run's LR at the checkpoint "
-                                  "(the first param group of the optimizer it scales) times that factor.")
-    optimizer_kind: Optional[str] = Field(
-        default=None, description="The class of the optimizer whose LR the search scales (None: several of "
-                                  "different classes, scaled together).")
 
 
 class InitSearchParams(Params):

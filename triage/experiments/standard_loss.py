@@ -28,14 +28,12 @@ from triage.experiments.levels import (PROBE_BATCHES, LossLevels, best_constant_
                                        class_prior, constant_loss, loss_levels, regression_target,
                                        target_mean, top_output)
 from triage.experiments.probes import IGNORE_INDEX, class_targets
-from triage.experiments.replay import ReplayOutcome, ReplayParams
+from triage.experiments.replay import ReplayParams
 from triage.experiments.replay import measure as replay
 from triage.experiments.training import autocast, loss_value, start_end
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, paired_with
 from triage.views import Curve, Line
-
-Rule = Literal["cross_entropy", "soft_cross_entropy", "binary_cross_entropy", "binary_cross_entropy_on_probabilities",
-               "mse"]
+from triage.outcomes.standard_loss import Rule, StandardLossOutcome
 
 RULE_WORDS = {"cross_entropy": "cross-entropy on the raw scores",
               "soft_cross_entropy": "cross-entropy on the raw scores against the target distributions",
@@ -208,19 +206,6 @@ class StandardLossParams(Params):
     level_margin: float = Field(default=DEFAULT_LEVEL_MARGIN, gt=0, le=1,
                                 description="Sane: the end window at most level_margin x the standard loss of "
                                             "learning nothing (label entropy, target variance).")
-
-
-class StandardLossOutcome(ReplayOutcome):
-    """The replay trained on the standard loss (its losses in that loss), verified against the run as it
-    was scored by the same loss (`run_losses`, its end window `reference_end`): `against` stays None, the
-    pairing is inside."""
-
-    rule: Rule = Field(description="cross_entropy: on the raw scores and class targets; soft_cross_entropy: "
-                                   "against target distributions (rows of probabilities); binary_cross_entropy: "
-                                   "0/1 targets, on the raw outputs as logits (or _on_probabilities); mse: on "
-                                   "the raw outputs.")
-    run_losses: list[float] = Field(description="The run as it was, replayed from the same start on its own "
-                                                "loss, scored per step by the standard loss.")
 
 
 def measure(ctx: Context, p: StandardLossParams) -> StandardLossOutcome:

@@ -19,18 +19,18 @@ A counterfactual, started from the same state as the run it is paired with (its 
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional
+from typing import Optional
 
 from pydantic import BaseModel, ConfigDict
 
-from triage.judge.levels import LossLevels
+from triage.judge.levels import LossLevels, below_floor
+from triage.outcomes.verify import SaneKind  # what the sane level is made of
 
 DEFAULT_MARGIN = 0.8  # "clearly better": the end window at least 20% below the run's
 DEFAULT_LEVEL_MARGIN = 0.9  # "clearly below" learning nothing: 10% under it, more than noise
 # "Clearly better" in size too: the gain at least 1% of the loss of learning nothing. A run that has all but
 # memorised its data (0.008 against ln 10 = 2.3) ends 40% "better" by the noise of a few batches.
 MIN_GAIN = 0.01
-SaneKind = Literal["constant", "chance", "start"]  # what the sane level is made of
 
 
 class FixVerdict(BaseModel):
@@ -65,7 +65,7 @@ def judge_fix(*, finite: bool, loss_start: Optional[float], loss_end: Optional[f
         else:  # a loss that can go negative: "clearly" is the same share of its size
             better = loss_end < reference_end - (1 - margin) * abs(reference_end)
     level, kind = sane_level(levels, loss_start, level_margin)
-    sane = bool(ended and level is not None and loss_end < level and not levels.below_floor(loss_end))
+    sane = bool(ended and level is not None and loss_end < level and not below_floor(levels, loss_end))
     generalises = _generalises(fix_val, reference_val, levels)
     return FixVerdict(reference_end=reference_end, improvement=improvement, better=better, sane_level=level,
                       sane_kind=kind, sane=sane, generalises=generalises,

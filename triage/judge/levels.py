@@ -1,36 +1,21 @@
-"""The levels a loss is judged against: the loss of learning nothing (a constant prediction, or ln K) and
-the least the loss can score (its floor). experiments/levels.py measures them at the checkpoint."""
+"""What a loss against its levels means (the levels themselves, measured: triage/outcomes/levels.py)."""
 
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional
+from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from triage.outcomes.levels import LevelKind, LossLevels
 
-LevelKind = Literal["classification", "binary", "regression", "unknown"]
+__all__ = ["LevelKind", "LossLevels", "below_floor"]
+
+# Under the floor by more than rounding: a thousandth of the loss of learning nothing (of 1 where unknown).
+BELOW_FLOOR = 1e-3
 
 
-class LossLevels(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    kind: LevelKind
-    num_classes: Optional[int] = None
-    chance: Optional[float] = Field(default=None, description="ln K, classifiers only.")
-    constant: Optional[float] = Field(default=None, description="Loss of the best constant prediction.")
-    floor: Optional[float] = Field(default=None, description="The least this loss can score: its value on a "
-                                                              "perfect prediction, capped at 0; else unknown.")
-
-    def below_floor(self, loss: Optional[float]) -> bool:
-        """`loss` lies under the floor by more than rounding (a thousandth of the learned-nothing loss)."""
-        if self.floor is None or loss is None or not math.isfinite(loss):
-            return False
-        scale = abs(self.nothing_learned) if self.nothing_learned else 1.0
-        return loss < self.floor - 1e-3 * scale
-
-    @property
-    def nothing_learned(self) -> Optional[float]:
-        """The loss of a model that learned nothing about its inputs: the best constant prediction (the
-        label frequencies for a classifier, the mean target for a regressor), else ln K. A verified fix
-        must end clearly below it (DESIGN §4: below chance, below predicting the mean)."""
-        return self.constant if self.constant is not None else self.chance
+def below_floor(levels: LossLevels, loss: Optional[float]) -> bool:
+    """`loss` lies under the loss's floor by more than rounding: a term with the wrong sign, never a fix."""
+    if levels.floor is None or loss is None or not math.isfinite(loss):
+        return False
+    scale = abs(levels.nothing_learned) if levels.nothing_learned else 1.0
+    return loss < levels.floor - BELOW_FLOOR * scale

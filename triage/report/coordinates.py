@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from triage.report.outcomes import BatchScanRead, DataCheckRead, SearchRead, outcome_of
+from triage.outcomes.batch_scan import BatchScanOutcome
+from triage.outcomes.data_check import DataCheckOutcome
+from triage.outcomes.search import SearchOutcome
+from triage.report.outcomes import outcome_of
 
 if TYPE_CHECKING:
     from triage.records import ExperimentRun
@@ -104,7 +107,7 @@ def batch_place(report: "Report", batch: int) -> BatchPlace:
 def _nonfinite_in(experiments: list["ExperimentRun"], batch: int) -> dict[str, Any]:
     """The first non-finite tensor the data check found in training batch `batch`."""
     for run in experiments:
-        checked = outcome_of(run, DataCheckRead)
+        checked = outcome_of(run, DataCheckOutcome)
         for entry in (checked.nonfinite if checked is not None else None) or []:
             if entry.split == "train" and entry.batch == batch:
                 return {"tensor": entry.key, "value": _float(entry.first_value),
@@ -116,7 +119,7 @@ def _nonfinite_in(experiments: list["ExperimentRun"], batch: int) -> dict[str, A
 def _outlier_in(experiments: list["ExperimentRun"], batch: int) -> dict[str, Any]:
     """The tensor whose scale the batch scan found standing out in batch `batch`."""
     for run in experiments:
-        scan = outcome_of(run, BatchScanRead)
+        scan = outcome_of(run, BatchScanOutcome)
         if scan is not None and scan.worst_batch == batch and scan.worst_tensor:
             return {"tensor": scan.worst_tensor, "value": _float(scan.worst_value),
                     "value_index": list(scan.worst_value_index or []),
@@ -134,7 +137,7 @@ def replay_offset(report: "Report", runs: list["ExperimentRun"]) -> Optional[int
 
 def restarted(run: "ExperimentRun") -> bool:
     """The replay started from a fresh initialisation (its own, or the init a search chose), not the checkpoint."""
-    search = outcome_of(run, SearchRead)
+    search = outcome_of(run, SearchOutcome)
     chosen = search.chosen if search is not None else None
     return run.params.get("init", "checkpoint") != "checkpoint" or (isinstance(chosen, str) and chosen.startswith("init="))
 

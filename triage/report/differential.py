@@ -8,7 +8,9 @@ from typing import Any, Callable, Optional
 from triage.records import CandidateResult, Decision, ExperimentRun
 from triage.report import figures, plots
 from triage.report.model import Report
-from triage.report.outcomes import ReplayRead, VerifiedFixRead, outcome_of
+from triage.outcomes.replay import ReplayOutcome
+from triage.outcomes.verify import VerifiedFix
+from triage.report.outcomes import outcome_of, read_as
 
 
 @dataclass
@@ -52,7 +54,7 @@ def _view(report: Report, decision: Decision, curve: Curve) -> DifferentialView:
     rows = []
     for c in decision.candidates:
         run = report.experiment(c.id)
-        fix = outcome_of(run, ReplayRead) or ReplayRead()
+        fix = outcome_of(run, ReplayOutcome) or read_as(ReplayOutcome, {})
         rows.append(CandidateRow(
             id=c.id, title=declared[c.id].title if c.id in declared else None, cause=causes.get(c.then, c.then) if c.then else "control",
             tier=c.tier if c.then else None, tried=c.tried,
@@ -128,7 +130,7 @@ def reason(decision: Decision, causes: dict[str, str]) -> str:
 
 
 def _paired(run: Optional[ExperimentRun]) -> bool:
-    fix = outcome_of(run, VerifiedFixRead)
+    fix = outcome_of(run, VerifiedFix)
     return fix is not None and isinstance(fix.against, str)
 
 
@@ -138,7 +140,7 @@ def _plot(report: Report, decision: Decision, curve: Curve) -> Optional[str]:
     by another loss, say) is left out: its curve is in another unit, and its own section draws it."""
     series = []
     tried = [c for c in decision.candidates if c.tried and c.then and _paired(report.experiment(c.id))]
-    references = {outcome_of(report.experiment(c.id), VerifiedFixRead).against for c in tried}  # paired: read
+    references = {outcome_of(report.experiment(c.id), VerifiedFix).against for c in tried}  # paired: read
     for ref in sorted(r for r in references if isinstance(r, str)):
         losses = curve(report.experiment(ref))
         if losses:

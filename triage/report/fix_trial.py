@@ -13,7 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from triage.records import ExperimentRun
 from triage.report.coordinates import batch_step, restarted as started_fresh
-from triage.report.outcomes import GradientFlowRead, LrSearchRead, ReplayRead, SearchRead, outcome_of
+from triage.outcomes.gradient_flow import GradientFlowOutcome
+from triage.outcomes.replay import ReplayOutcome
+from triage.outcomes.search import LrSearchOutcome, SearchOutcome
+from triage.report.outcomes import outcome_of, read_as
 
 if TYPE_CHECKING:
     from triage.report.model import Report
@@ -113,13 +116,14 @@ def fix_trial(proof: Optional[ExperimentRun], reference: Optional[ExperimentRun]
     """The proof's replay in values; None where there is no proof replay with a loss to show."""
     if proof is None or proof.status != "ok" or not proof.outcome:
         return None
-    out = outcome_of(proof, ReplayRead) or ReplayRead()  # a proof that is no replay: nothing of one to read
+    nothing = read_as(ReplayOutcome, {})  # a proof or reference that is no replay: nothing of one to read
+    out = outcome_of(proof, ReplayOutcome) or nothing
     params = proof.params
     paired = reference is not None and reference.node != proof.node and bool(reference.outcome)
-    ref = (outcome_of(reference, ReplayRead) or ReplayRead()) if paired else None
+    ref = (outcome_of(reference, ReplayOutcome) or nothing) if paired else None
     ref_params = reference.params if ref is not None and reference is not None else {}
     restarted = started_fresh(proof)
-    changes = _changes(proof, out, ref or ReplayRead(), paired, ref_params, experiments, run_precision,
+    changes = _changes(proof, out, ref or nothing, paired, ref_params, experiments, run_precision,
                        lambda i: batch_step(i, checkpoint_step, batch_steps)[0], run_weight_decay)
     if not changes and ref is None:
         return None
@@ -138,12 +142,12 @@ def fix_trial(proof: Optional[ExperimentRun], reference: Optional[ExperimentRun]
         fix_works=out.fix_works if isinstance(out.fix_works, bool) else None)
 
 
-def _changes(proof: ExperimentRun, out: ReplayRead, ref: ReplayRead, paired: bool, ref_params: dict[str, Any],
+def _changes(proof: ExperimentRun, out: ReplayOutcome, ref: ReplayOutcome, paired: bool, ref_params: dict[str, Any],
              experiments: list[ExperimentRun], run_precision: str, step_of: Callable[[int], Optional[int]],
              run_weight_decay: Optional[float]) -> list[SettingChange]:
     """`out`, `ref`: the fix's replay and the run as it was (`paired`: there is one with an outcome)."""
     params, changes = proof.params, []
-    search, lr_search = outcome_of(proof, SearchRead), outcome_of(proof, LrSearchRead)
+    search, lr_search = outcome_of(proof, SearchOutcome), outcome_of(proof, LrSearchOutcome)
     lr_before, lr_after = _first(ref.lrs), _first(out.lrs)
     if lr_before is not None and lr_after is not None and not _close(lr_before, lr_after):
         owner = (lr_search.lr_owner if lr_search is not None else None) or params.get("lr_of")
@@ -203,7 +207,7 @@ _INITS = {"checkpoint": "the checkpoint's weights", "setup": "setup()'s own init
 def _frozen(experiments: list[ExperimentRun]) -> list[str]:
     """The parameters the gradient-flow check found frozen or left out of the optimizer."""
     for run in experiments:
-        flow = outcome_of(run, GradientFlowRead)
+        flow = outcome_of(run, GradientFlowOutcome)
         names = [n for group in ((flow.frozen, flow.not_in_optimizer) if flow is not None else ()) for n in group or []]
         if names:
             return list(dict.fromkeys(names))

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Literal
 
 from triage.report.model import Report
-from triage.report.outcomes import VerifiedFixRead, outcome_of
+from triage.outcomes.verify import VerifiedFix
+from triage.report.outcomes import outcome_of
 
 Kind = Literal["verified", "observed", "likely", "healthy", "unexplained", "inconclusive"]
 
@@ -31,7 +32,7 @@ def verdict_kind(report: Report) -> Kind:
     if report.confidence != "high":
         return "likely"
     proof = report.experiment(report.proof) if report.proof else None
-    fix = outcome_of(proof, VerifiedFixRead)
+    fix = outcome_of(proof, VerifiedFix)
     if proof is not None and (fix is None or fix.fix_works is not False) and proof.status == "ok":
         return "verified"
     return "observed"

@@ -13,7 +13,10 @@ from typing import Any, Optional
 
 from triage.report import labels
 from triage.report.model import Report
-from triage.report.outcomes import LocateRead, ReplicaRead, ReplayRead, outcome_of
+from triage.outcomes.locate import LocateOutcome
+from triage.outcomes.replay import ReplayOutcome
+from triage.outcomes.replicas import ReplicaOutcome
+from triage.report.outcomes import outcome_of
 
 MAX_RANKS_SHOWN = 16  # columns; the rest are in report.json
 
@@ -44,8 +47,8 @@ def rank_section(report: Report) -> Optional[RankSection]:
     section = RankSection(world_size=info.world_size, backend=info.backend, wrapper=info.wrapper,
                           batches_per_rank=info.batches_per_rank, shown=shown)
     for run in report.experiments:
-        replay, located, replicas = (outcome_of(run, ReplayRead), outcome_of(run, LocateRead),
-                                     outcome_of(run, ReplicaRead))
+        replay, located, replicas = (outcome_of(run, ReplayOutcome), outcome_of(run, LocateOutcome),
+                                     outcome_of(run, ReplicaOutcome))
         ends = (replay.rank_loss_end if replay is not None else None) or []
         if ends and len(set(map(repr, ends))) > 1:
             section.rows.append(RankRow(run.node, "end loss (own batches)", ends[:shown]))

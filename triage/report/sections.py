@@ -136,7 +136,7 @@ def build_views(report: Report) -> Views:
             compared=any(references[o.node].node == run.node for o in report.experiments if o.node != run.node),
             changes=changes(report, run, reference),
             measured=measured(report, run, _own_figures(decisions.get(run.node), run.node)),
-            figures=[(labels.words(k), labels.value(k, v), (run.node, k) in read, labels.meaning(k))
+            figures=[(labels.words(k), labels.value(k, v), (run.node, k) in read, labels.meaning(k, run.experiment))
                      for k, v in scalars(run.outcome, shown)],
             plots=[d for d in drawn if isinstance(d, Plot)],
             excerpts=[d for d in drawn if isinstance(d, Excerpt)],

@@ -1,0 +1,65 @@
+"""What label_check measures: labels out of range, a single class, class-ordered batches, and labels or
+targets unrelated to the inputs (triage/experiments/labels.py)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field
+
+from triage.outcomes.base import Outcome
+
+NEIGHBOURS = 5  # regression: the mean of 5 neighbours' targets; one neighbour's is too noisy on small snapshots
+
+
+class LabelCheckOutcome(Outcome):
+    is_classification: bool = Field(
+        description="Batches carry integer labels and the model outputs >= 2 scores.",
+        json_schema_extra={"words": "is classification"})
+    num_classes: Optional[int] = Field(
+        default=None, description="K, the number of scores the model outputs (the logits' last dim).",
+        json_schema_extra={"words": "classes"})
+    label_min: Optional[int] = Field(default=None, json_schema_extra={"words": "label min"})
+    label_max: Optional[int] = Field(default=None, json_schema_extra={"words": "label max"})
+    labels_seen: int = Field(
+        default=0, description="Labels counted (ignore_index left out).",
+        json_schema_extra={"words": "labels seen"})
+    out_of_range_count: int = Field(
+        default=0, description="Labels < 0 or >= K.",
+        json_schema_extra={"words": "out of range count"})
+    distinct_labels: int = Field(default=0, json_schema_extra={"words": "distinct labels"})
+    single_class: bool = Field(default=False, json_schema_extra={"words": "single class"})
+    majority_fraction: Optional[float] = Field(
+        default=None, description="Share of the most frequent label.",
+        json_schema_extra={"words": "majority share", "unit": "%"})
+    single_class_batch_fraction: Optional[float] = Field(
+        default=None, description="Batches holding one class.",
+        json_schema_extra={"words": "single class batch share", "unit": "%"})
+    batch_class_ratio: Optional[float] = Field(
+        default=None, description="Mean distinct classes per batch / the mean a shuffled batch of that size would "
+                                  "hold: ~1 shuffled, << 1 when batches come sorted by class.",
+        json_schema_extra={"words": "batch class ratio", "unit": "×"})
+    class_ordered: bool = Field(
+        default=False, description="batch_class_ratio < 0.6 with several classes.",
+        json_schema_extra={"words": "class ordered"})
+    knn_agreement: Optional[float] = Field(
+        default=None, description="Share of examples whose nearest neighbour in input space has their label.",
+        json_schema_extra={"words": "nearest-neighbour agreement"})
+    chance_agreement: Optional[float] = Field(
+        default=None, description="Sum of class frequency squared.",
+        json_schema_extra={"words": "chance agreement"})
+    knn_examples: int = Field(default=0, json_schema_extra={"words": "nearest-neighbour examples"})
+    target: Optional[str] = Field(
+        default=None, description="The batch tensor read as the class labels: the integer tensor the loss reads (by "
+                                  "its place in the batch, e.g. [1]), else the last integer tensor.",
+        json_schema_extra={"words": "target"})
+    target_ambiguous: bool = Field(
+        default=False, description="The loss reads several integer tensors of the batch (targets and their lengths, "
+                                   "say): the largest was taken for the labels, and range checks on it are not proof "
+                                   "of a label bug.",
+        json_schema_extra={"words": "target ambiguous"})
+    knn_target_correlation: Optional[float] = Field(
+        default=None, description="Regression: correlation of each example's target with the mean target of its "
+                                  f"{NEIGHBOURS} nearest neighbours in input space: ~0 when the targets are "
+                                  "unrelated to the inputs (shuffled apart from them).",
+        json_schema_extra={"words": "nearest-neighbour target correlation"})

@@ -1,0 +1,38 @@
+"""What overlap_check measures: validation examples that also appear among the training batches, or
+are training windows shifted by a few steps (triage/experiments/overlap.py)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field
+
+from triage.outcomes.base import Outcome
+
+MAX_SHIFT = 16  # shifted windows: a sequence compared with others moved by 1 to MAX_SHIFT steps
+
+
+class OverlapOutcome(Outcome):
+    has_val: bool = Field(description="The run has validation batches.", json_schema_extra={"words": "has validation"})
+    train_examples: int = Field(default=0, json_schema_extra={"words": "train examples"})
+    val_examples: int = Field(default=0, json_schema_extra={"words": "validation examples"})
+    duplicates: int = Field(
+        default=0, description="Val examples that are also a train example, every tensor of them alike.",
+        json_schema_extra={"words": "duplicates"})
+    duplicate_fraction: Optional[float] = Field(
+        default=0.0, description="duplicates / val_examples; unknown where examples are not rows.",
+        json_schema_extra={"words": "duplicate share", "unit": "%"})
+    first_duplicates: list[int] = Field(
+        default_factory=list, description="Up to 20 val example indices.",
+        json_schema_extra={"words": "first duplicates"})
+    not_measured: Optional[str] = Field(
+        default=None, description="Why the examples could not be compared.",
+        json_schema_extra={"words": "not measured"})
+    shifted_copies: int = Field(
+        default=0, description="Val examples whose input sequence is a training "
+                               f"example's moved by 1 to {MAX_SHIFT} steps (sliding windows), over the part "
+                               "they share.",
+        json_schema_extra={"words": "validation windows shifted from training"})
+    shifted_fraction: Optional[float] = Field(
+        default=None, description="shifted_copies / val_examples; None where the inputs are not sequences.",
+        json_schema_extra={"words": "shifted-window share", "unit": "%"})
