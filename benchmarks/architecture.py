@@ -60,7 +60,7 @@ FLOORS = {
     "triage.optimizer_set": "foundation", "triage.atomic": "foundation", "triage.batches": "foundation",
     "triage.causes": "foundation", "triage.records": "foundation", "triage.views": "foundation",
     "triage.shipped": "foundation", "triage.user_cache": "foundation", "triage.ties": "foundation",
-    "triage.speedups": "foundation",
+    "triage.speedups": "foundation", "triage.outcomes": "foundation",  # what each experiment measures, declared
     # capture: what runs inside the user's training process and writes a capture folder
     "triage.capture": "capture", "triage.flight": "capture", "triage.integrations": "capture",
     # load: entry + checkpoint -> Session; every checkpoint layout and framework route; the ranks it opens on
