@@ -43,5 +43,6 @@ def judged_by_walk(outcome, **bars):
     """A counterfactual's outcome with the judge's reading of it, as the walk records it (an experiment
     measures the pairing; the walk asks the judge whether the fix works)."""
     from triage.experiments.verify import judged
+    from triage.outcomes.replay import ReplayOutcome
 
-    return outcome.model_copy(update=judged(outcome, **bars))
+    return outcome.model_copy(update=judged(outcome, **bars)) if isinstance(outcome, ReplayOutcome) else outcome

@@ -25,7 +25,9 @@ class _Run:
 def verification(*, finite, loss_start, loss_end, reference, against, levels, val_end=None) -> dict:
     """As a counterfactual's outcome ends up: the pairing it measured (paired_with), the judge's reading of it."""
     paired = paired_with(reference=reference, against=against, levels=levels, val_end=val_end)
-    return {**paired, **judged(SimpleNamespace(finite=finite, loss_start=loss_start, loss_end=loss_end, **paired))}
+    unpaired = dict(levels=None, reference_end=None, reference_val=None, fix_val=None)
+    own = SimpleNamespace(finite=finite, loss_start=loss_start, loss_end=loss_end, **{**unpaired, **paired})
+    return {**paired, **judged(own)}
 
 
 def verify(end, reference, finite=True, start=2.0, levels=CLASSIFIER, val=None):

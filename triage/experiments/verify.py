@@ -12,6 +12,7 @@ from typing import Optional
 from triage.experiments.base import Outcome
 from triage.judge.fix import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, end_of, judge_fix
 from triage.judge.levels import LossLevels
+from triage.outcomes.replay import ReplayOutcome
 from triage.outcomes.verify import VerifiedFix
 
 __all__ = ["DEFAULT_LEVEL_MARGIN", "DEFAULT_MARGIN", "VerifiedFix", "judged", "paired_with"]
@@ -28,17 +29,15 @@ def paired_with(*, reference: Optional[Outcome], against: Optional[str], levels:
                 reference_val=getattr(reference, "val_final", None), fix_val=val_end, levels=levels)
 
 
-def judged(outcome: Outcome, *, margin: float = DEFAULT_MARGIN, level_margin: float = DEFAULT_LEVEL_MARGIN) -> dict:
+def judged(outcome: ReplayOutcome, *, margin: float = DEFAULT_MARGIN,
+           level_margin: float = DEFAULT_LEVEL_MARGIN) -> dict:
     """The judge's reading of a paired counterfactual's figures (its own end, start and validation loss, against
     its reference's): the VerifiedFix fields it decides. Empty for an outcome paired with nothing."""
-    levels = getattr(outcome, "levels", None)
-    reference_end = getattr(outcome, "reference_end", None)
-    if levels is None or reference_end is None:
+    if outcome.levels is None or outcome.reference_end is None:
         return {}
-    verdict = judge_fix(finite=bool(getattr(outcome, "finite", False)), loss_start=getattr(outcome, "loss_start", None),
-                        loss_end=getattr(outcome, "loss_end", None), reference_end=reference_end, levels=levels,
-                        margin=margin, level_margin=level_margin, fix_val=getattr(outcome, "fix_val", None),
-                        reference_val=getattr(outcome, "reference_val", None))
+    verdict = judge_fix(finite=outcome.finite, loss_start=outcome.loss_start, loss_end=outcome.loss_end,
+                        reference_end=outcome.reference_end, levels=outcome.levels, margin=margin,
+                        level_margin=level_margin, fix_val=outcome.fix_val, reference_val=outcome.reference_val)
     return verdict.model_dump(exclude={"reference_end"})
 
 

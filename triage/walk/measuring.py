@@ -13,7 +13,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from triage.experiments import Context, NotApplicable, Outcome, Params
-from triage.experiments.verify import VerifiedFix, judged
+from triage.experiments.verify import judged
+from triage.outcomes.replay import ReplayOutcome
 from triage.load.ranks import current as current_ranks
 from triage.load.session import Session
 from triage.records import ExperimentRun
@@ -112,7 +113,7 @@ def _judged(outcome: Outcome, params: Params) -> Outcome:
     """The outcome with the judge's reading of it, where it is a counterfactual paired with a reference: the
     experiment measures both, the judge says whether the fix works (experiments/verify.judged), with the
     bars the node's parameters set (the judge's own unless a team's playbook moved them)."""
-    if not isinstance(outcome, VerifiedFix):
+    if not isinstance(outcome, ReplayOutcome):
         return outcome
     bars = {name: getattr(params, name) for name in ("margin", "level_margin") if hasattr(params, name)}
     return outcome.model_copy(update=judged(outcome, **bars))
