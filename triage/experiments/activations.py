@@ -30,6 +30,7 @@ from triage.experiments.places import module_place
 from triage.experiments.training import autocast
 from triage.views import Bars
 from triage.outcomes.activations import ActivationOutcome, LayerHealth
+from triage.judge.readings import SATURATED
 
 SMOOTH_RECTIFIERS = (nn.LeakyReLU, nn.PReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU, nn.Mish, nn.Hardswish)
 # Units that pass no gradient while never above zero: only these can die. The smooth rectifiers keep
@@ -42,7 +43,6 @@ CHANNELS_FIRST = (nn.modules.conv._ConvNd, nn.modules.batchnorm._BatchNorm, nn.G
 FEATURE_LAYERS = CHANNELS_FIRST + (nn.Linear, nn.Bilinear, nn.LayerNorm, nn.Embedding)
 log = logging.getLogger(__name__)
 
-SATURATED = 0.99  # sigmoid outside [0.01, 0.99], |tanh| above 0.99
 
 
 class ActivationParams(Params):

@@ -15,6 +15,7 @@ from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.training import forward_backward, grad_scaler, probe_scaler, trainable
 from triage.views import Bars, Table
 from triage.outcomes.batch_scan import BatchScanOutcome
+from triage.judge.readings import OUTLIER_MAD_FLOOR, OUTLIER_Z
 
 # MAD -> standard deviation for normal data; the z-scores below read like ordinary ones.
 MAD_TO_STD = 1.4826
@@ -24,10 +25,10 @@ class BatchScanParams(Params):
     # 6, not the textbook 3: per-batch losses are skewed and heavy-tailed (a batch of hard examples,
     # a rare class), and with up to 256 batches a 3-sigma cut flags several healthy ones. A corrupted
     # batch (inputs scaled by orders of magnitude, wrong labels) sits at z of tens or more.
-    z_threshold: float = Field(default=6.0, gt=0, description="Robust z above which a batch is an outlier.")
+    z_threshold: float = Field(default=OUTLIER_Z, gt=0, description="Robust z above which a batch is an outlier.")
     # In natural-log units: a spread of batch losses below ~10% counts as 10%, so a set of nearly
     # identical batches flags only a batch whose loss or gradient is several times theirs.
-    mad_floor: float = Field(default=0.1, gt=0, description="Smallest MAD of log loss / log grad norm.")
+    mad_floor: float = Field(default=OUTLIER_MAD_FLOOR, gt=0, description="Smallest MAD of log loss / log grad norm.")
 
 
 def measure(ctx: Context, p: BatchScanParams) -> BatchScanOutcome:

@@ -15,6 +15,7 @@ from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.levels import loss_levels
 from triage.experiments.probes import class_targets, linear_layers, mean_loss, model_output
 from triage.outcomes.init_check import InitCheckOutcome
+from triage.judge.readings import same_init_scheme
 
 
 class InitCheckParams(Params):
@@ -80,15 +81,12 @@ def matrix_spreads(model: torch.nn.Module) -> dict[str, float]:
     return {name: float(p.detach().float().std()) for name, p in model.named_parameters() if p.dim() >= 2}
 
 
-DEFAULT_SPREAD_TOLERANCE = 1.25  # two draws of one scheme differ by a few %; a custom scheme by 2x or more
-
-
 def same_scheme(setup: dict[str, float], default: dict[str, float]) -> Optional[bool]:
-    """Every weight matrix's spread at setup()'s init within 25% of the default init's (None: nothing to compare:
+    """Every weight matrix's spread at setup()'s init within the judge's tolerance of the default init's (None: nothing to compare:
     no weight matrix, or a layer whose default spread is 0)."""
     if not setup or setup.keys() != default.keys() or not all(v > 0 for v in default.values()):
         return None
-    return all(1 / DEFAULT_SPREAD_TOLERANCE <= setup[n] / default[n] <= DEFAULT_SPREAD_TOLERANCE for n in setup)
+    return same_init_scheme([setup[n] / default[n] for n in setup])
 
 
 @torch.no_grad()

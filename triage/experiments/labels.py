@@ -15,6 +15,7 @@ from triage.experiments.levels import regression_target
 from triage.batches import named_tensors
 from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, loss_reads, model_output
 from triage.outcomes.labels import NEIGHBOURS, LabelCheckOutcome
+from triage.judge.readings import class_ordered
 
 
 class LabelCheckParams(Params):
@@ -57,8 +58,7 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
         majority_fraction=float(frequencies.max()),
         single_class_batch_fraction=single_batch_fraction,
         batch_class_ratio=ratio,
-        # Sorted batches of 2 balanced classes score ~0.5, of 10 classes ~0.15; shuffled ones ~1.
-        class_ordered=distinct > 1 and ratio is not None and ratio < 0.6,
+        class_ordered=class_ordered(distinct, ratio),
         knn_agreement=knn, chance_agreement=float((frequencies ** 2).sum()) if knn is not None else None,
         knn_examples=used,
     )

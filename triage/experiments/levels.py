@@ -32,6 +32,7 @@ from triage.batches import named_tensors
 from triage.experiments.probes import IGNORE_INDEX, class_targets, first_floating, model_output
 from triage.experiments.training import loss_value
 from triage.judge.levels import LossLevels
+from triage.judge.readings import has_floor
 
 PROBE_BATCHES = 4  # batches the constant prediction is scored on (the levels are averages)
 
@@ -123,7 +124,7 @@ PERFECT_MARGIN = 30.0  # logits: the true class 30 above the rest, a probability
 
 def _floor(constant: Optional[float], perfect: Optional[float]) -> Optional[float]:
     """The perfect prediction's loss, capped at 0, where it is under half the constant prediction's."""
-    if perfect is None or constant is None or not perfect < 0.5 * constant:
+    if not has_floor(constant, perfect):
         return None
     return min(0.0, perfect)
 

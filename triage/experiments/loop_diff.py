@@ -22,13 +22,12 @@ from triage.experiments.training import (autocast, grad_norm, grad_scaler, refer
 from triage.optimizer_set import ManualUpdate, OptimizerSet
 from triage.experiments.user_source import display_path
 from triage.outcomes.loop_diff import LoopDiffOutcome
+from triage.judge.readings import GRADIENT_GROWTH, SCALED_MICRO_BATCHES
 
 
 class LoopDiffParams(Params):
     steps: int = Field(default=20, ge=2, le=10_000, description="Steps of each loop.")
-    # A gradient that is summed instead of replaced is, after k steps, about sqrt(k) (uncorrelated) to
-    # k (aligned) times a fresh one: 1.5 is clear of both 1 (zeroed each step) and sqrt(10) (step 10).
-    growth_threshold: float = Field(default=1.5, gt=1, description="grad_growth above this: accumulating.")
+    growth_threshold: float = Field(default=GRADIENT_GROWTH, gt=1, description="grad_growth above this: accumulating.")
 
 
 def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
@@ -113,8 +112,6 @@ def _growth(ratios: list[Optional[float]], steps: int) -> Optional[float]:
     growth = float(np.median(late))
     return growth / first if 0 < first < SCALED_MICRO_BATCHES else growth
 
-
-SCALED_MICRO_BATCHES = 0.6  # a first ratio below this: the loop divides its loss over micro-batches (1/k, k >= 2)
 
 
 def defined_at(function: Any) -> Optional[str]:

@@ -13,6 +13,7 @@ from triage.experiments.probes import mean_loss
 from triage.experiments.training import current_lr, grad_scaler, reference_step, trainable
 from triage.views import Curve, Mark
 from triage.outcomes.lr_range import LrRangeOutcome
+from triage.judge.readings import LR_RANGE_DIVERGED
 
 
 class LrRangeParams(Params):
@@ -21,7 +22,7 @@ class LrRangeParams(Params):
     max_factor: float = Field(default=1e5, gt=0, description="Last LR, as a multiple of the current LR.")
     steps: int = Field(default=100, ge=5, le=10_000, description="Steps of the sweep (10 per decade).")
     smoothing: float = Field(default=0.1, gt=0, le=1, description="EMA weight of each new loss.")
-    diverge: float = Field(default=4.0, gt=1, description="Stop when the smoothed loss exceeds this x the best.")
+    diverge: float = Field(default=LR_RANGE_DIVERGED, gt=1, description="Stop when the smoothed loss exceeds this x the best.")
 
     @model_validator(mode="after")
     def _increasing(self) -> "LrRangeParams":

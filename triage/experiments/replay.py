@@ -35,6 +35,7 @@ from triage.judge.levels import below_floor
 from triage.judge.race import Bar, lowest, noise, out_of_contention
 from triage.views import Curve, Line
 from triage.outcomes.replay import ReplayOutcome
+from triage.judge.readings import RISE_WINDOW
 
 
 class ReplayParams(Params):
@@ -560,7 +561,6 @@ def _log_slope(losses: list[float]) -> Optional[float]:
     return float(np.polyfit(np.arange(len(positive)), np.log(positive), 1)[0])
 
 
-RISE_WINDOW = 5  # steps: a spike that matters lasts; one hard batch is batch_scan's business
 
 
 def _max_rise(losses: list[float], scale: Optional[float]) -> Optional[float]:
