@@ -128,3 +128,72 @@ def test_targets_carry_nothing_reads_the_neighbours_target_correlation():
     figures = {("n", "is_classification"): False, ("n", "knn_target_correlation"): 0.05}
     assert decide("targets_carry_nothing(n)", figures) is True
     assert decide("targets_carry_nothing(n)", {**figures, ("n", "knn_target_correlation"): 0.6}) is False
+
+
+@pytest.mark.parametrize("no_grad, frozen, outside, misses, cut", [
+    (0.9, 0.0, 0.5, True, True),  # the gradient goes around the optimizer (and reaches none of its own)
+    (0.9, 0.0, 0.0, False, True),  # the graph is cut: nothing outside gets one either
+    (0.9, 0.6, 0.5, False, False),  # mostly frozen: another fault
+    (0.2, 0.0, 0.5, False, False),
+])
+def test_a_gradient_that_misses_the_optimizer_or_a_cut_graph_reads_frozen_weights_apart(no_grad, frozen, outside,
+                                                                                       misses, cut):
+    figures = {("n", "no_grad_fraction"): no_grad, ("n", "frozen_fraction"): frozen,
+               ("n", "outside_with_grad_fraction"): outside}
+    assert decide("optimizer_misses_the_gradient(n)", figures) is misses
+    assert decide("graph_cut(n)", figures) is cut
+
+
+@pytest.mark.parametrize("frozen, missing, mostly", [(0.4, 0.2, True), (0.3, 0.1, False), (0.996, 0.0, True)])
+def test_mostly_frozen_counts_weights_frozen_or_missing_from_the_optimizer(frozen, missing, mostly):
+    figures = {("n", "frozen_fraction"): frozen, ("n", "not_in_optimizer_fraction"): missing}
+    assert decide("mostly_frozen(n)", figures) is mostly
+
+
+def test_the_loop_and_clipping_rules_read_nine_tenths():
+    assert decide("weights_left_still(n)", {("n", "extra_unchanged_fraction"): 0.95}) is True
+    assert decide("weights_left_still(n)", {("n", "extra_unchanged_fraction"): 0.5}) is False
+    assert decide("clips_always(n)", {("n", "clipped_fraction"): 0.95}) is True
+    assert decide("clips_always(n)", {("n", "clipped_fraction"): 0.6}) is False
+
+
+@pytest.mark.parametrize("gradient, own", [(0.2, True), (0.01, False), (None, None)])
+def test_a_loss_of_its_own_sends_another_gradient_than_the_standard_loss(gradient, own):
+    assert decide("loss_of_its_own(n)", {("n", "gradient_vs_standard"): gradient}) is own
+
+
+@pytest.mark.parametrize("level, nothing, learned", [(0.95, True, False), (0.05, False, True), (0.5, False, False)])
+def test_the_standard_loss_says_nothing_learned_or_the_task_learned(level, nothing, learned):
+    figures = {("n", "standard_level_ratio"): level}
+    assert decide("standard_says_nothing_learned(n)", figures) is nothing
+    assert decide("standard_says_learned(n)", figures) is learned
+
+
+@pytest.mark.parametrize("level, half, little", [(0.9, True, True), (0.6, True, False), (0.3, False, False)])
+def test_levels_of_learning_nothing_a_replay_ends_at(level, half, little):
+    figures = {("n", "level_ratio"): level}
+    assert decide("above_half_learned_nothing(n)", figures) is half
+    assert decide("learned_little(n)", figures) is little
+
+
+def test_a_checkpoint_near_chance_and_a_replay_that_trains_on():
+    assert decide("starts_near_chance(i)", {("i", "checkpoint_ratio"): 0.9}) is True
+    assert decide("starts_near_chance(i)", {("i", "checkpoint_ratio"): 0.4}) is False
+    assert decide("trains_on(n)", {("n", "loss_ratio"): 0.9}) is True
+    assert decide("trains_on(n)", {("n", "loss_ratio"): 0.97}) is False
+
+
+@pytest.mark.parametrize("val, train, overfits", [(1.2, 0.8, True), (1.05, 0.8, False), (1.2, 0.95, False)])
+def test_the_runs_log_overfits_when_validation_turns_up_while_training_falls(val, train, overfits):
+    figures = {("h", "val_ratio"): val, ("h", "train_ratio_since_val_best"): train}
+    assert decide("log_overfits(h)", figures) is overfits
+
+
+@pytest.mark.parametrize("identical, shared, batches, examples", [
+    (0.9, 0.9, True, False), (0.1, 0.8, False, True), (0.1, 0.1, False, False)])
+def test_ranks_fed_the_same_batches_or_the_same_examples(identical, shared, batches, examples):
+    figures = {("r", "world_size"): 2, ("r", "identical_batch_fraction"): identical,
+               ("r", "shared_example_fraction"): shared}
+    assert decide("ranks_share_batches(r)", figures) is batches
+    assert decide("ranks_share_examples(r)", figures) is examples
+    assert decide("ranks_share_batches(r)", {**figures, ("r", "world_size"): 1}) is False

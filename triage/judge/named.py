@@ -57,6 +57,23 @@ KNN_TARGET_CORRELATION = 0.1
 # Validation during a replay: ends 10% above its best (a logged val loss's noise stays within a few percent)
 # and above where the replay started it. A val loss that wobbles and ends below its start has not risen.
 VAL_ABOVE_BEST = 1.1
+# The run's own log (history_check): validation ends 10% above its best (VAL_ABOVE_BEST) while training fell
+# another 10% since (STALL_LOSS_RATIO): the textbook overfitting curve.
+# A replay's training loss still falling: down 5% or more over its steps (CLEAR_STALL_LOSS_RATIO).
+# Learned little: at 80% of the loss of learning nothing or above (a replay), or a checkpoint at 80% of ln K.
+LEARNED_LITTLE = 0.8
+# Parameters that do not train: most of the optimizer's (over half, MISSED_BY_OPTIMIZER) is a bug, a few a design.
+# The run's own step leaves over 90% of the trainable weights where they were while the reference loop moves them.
+LEFT_STILL = 0.9
+# The run clips (almost) every step: over 90% of its steps: the threshold, not the gradient, sets each step.
+CLIPS_ALWAYS = 0.9
+# The gradient the run's loss sends into the model's output differs from the standard loss's by more than
+# autocast rounding (5%): a loss of its own making (smoothing, weights, a squashing, a broadcast).
+OWN_LOSS_GRADIENT = 0.05
+# Above half the loss of learning nothing: the run has not learned the task by its own measure.
+HALF_LEARNED = 0.5
+# Ranks of a distributed run fed the same data: over half their batches identical, or their examples shared.
+RANKS_SHARE = 0.5
 # An optimizer of a set given its previous step's gradient again (loop_diff's exact check) on half its steps
 # or more: a reset left out. A loop that resets scores 0, whatever its noise.
 STALE_STEPS = 0.5
@@ -143,9 +160,52 @@ NAMED: dict[str, NamedRule] = {
         "the run has a scheduler, is past its peak, and its LR now is under 1% of the peak"),
     # The gradient goes to parameters no optimizer holds while those it holds get none (an optimizer built
     # on a DQN's target network instead of its Q network): the graph is not cut, the optimizer is misbuilt.
+    # ... and under half are frozen: frozen parameters are another fault (frozen_parameters).
     "optimizer_misses_the_gradient": NamedRule(
-        ("flow",), f"$flow.no_grad_fraction > {MISSED_BY_OPTIMIZER} and $flow.outside_with_grad_fraction > 0",
-        "over half the optimizer's parameters get no gradient, while parameters it does not hold get one"),
+        ("flow",), f"$flow.no_grad_fraction > {MISSED_BY_OPTIMIZER} and $flow.outside_with_grad_fraction > 0 "
+                   f"and $flow.frozen_fraction < {MISSED_BY_OPTIMIZER}",
+        "over half the optimizer's parameters get no gradient, while parameters it does not hold get one (and "
+        "under half are frozen)"),
+    "graph_cut": NamedRule(
+        ("flow",), f"$flow.no_grad_fraction > {MISSED_BY_OPTIMIZER} and $flow.frozen_fraction < {MISSED_BY_OPTIMIZER}",
+        "over half the optimizer's parameters get no gradient at all, and under half are frozen"),
+    "mostly_frozen": NamedRule(
+        ("flow",), f"$flow.frozen_fraction + $flow.not_in_optimizer_fraction > {MISSED_BY_OPTIMIZER}",
+        "over half the weights are frozen or missing from the optimizer (a bug, not a partial freeze of a head)"),
+    "weights_left_still": NamedRule(
+        ("loop",), f"$loop.extra_unchanged_fraction > {LEFT_STILL}",
+        "the run's own step leaves over 90% of the trainable weights unchanged where the reference loop moves them"),
+    "clips_always": NamedRule(
+        ("replay",), f"$replay.clipped_fraction > {CLIPS_ALWAYS}", "the replay clipped over 90% of its steps"),
+    "loss_of_its_own": NamedRule(
+        ("outputs",), f"$outputs.gradient_vs_standard > {OWN_LOSS_GRADIENT}",
+        "the gradient the run's loss sends into the output differs from the standard loss's by over 5%"),
+    "standard_says_nothing_learned": NamedRule(
+        ("outputs",), f"$outputs.standard_level_ratio > {NOTHING_LEARNED}",
+        "by the standard loss, the model is at 90% of the loss of learning nothing or above"),
+    "standard_says_learned": NamedRule(
+        ("outputs",), f"$outputs.standard_level_ratio < {CONVERGED}",
+        "by the standard loss, the model is under a tenth of the loss of learning nothing: it learned the task"),
+    "above_half_learned_nothing": NamedRule(
+        ("replay",), f"$replay.level_ratio > {HALF_LEARNED}",
+        "the replay ended above half the loss of learning nothing"),
+    "learned_little": NamedRule(
+        ("replay",), f"$replay.level_ratio > {LEARNED_LITTLE}",
+        "the replay ended at 80% of the loss of learning nothing or above"),
+    "starts_near_chance": NamedRule(
+        ("init",), f"$init.checkpoint_ratio > {LEARNED_LITTLE}", "the checkpoint's loss is above 0.8 ln K"),
+    "log_overfits": NamedRule(
+        ("history",), f"$history.val_ratio > {VAL_ABOVE_BEST} and $history.train_ratio_since_val_best < {STALL_LOSS_RATIO}",
+        "in the run's own log, validation ended 10% above its best while training fell another 10% since"),
+    "trains_on": NamedRule(
+        ("replay",), f"$replay.loss_ratio < {CLEAR_STALL_LOSS_RATIO}", "the replay's loss fell 5% or more"),
+    "ranks_share_batches": NamedRule(
+        ("rank_data",), f"$rank_data.world_size > 1 and $rank_data.identical_batch_fraction > {RANKS_SHARE}",
+        "a distributed run's ranks trained on identical batches over half the time"),
+    "ranks_share_examples": NamedRule(
+        ("rank_data",), f"$rank_data.world_size > 1 and $rank_data.identical_batch_fraction <= {RANKS_SHARE} and "
+                        f"$rank_data.shared_example_fraction > {RANKS_SHARE}",
+        "a distributed run's ranks' batches differ, but over half their examples are shared"),
     "vanishing": NamedRule(
         ("flow",), f"$flow.early_late_ratio < {VANISHING} and $flow.early_late_ratio > 0",
         "the earliest layers' gradient norm is under 1% of the latest layers' (and not zero)"),
