@@ -218,3 +218,13 @@ def test_a_restart_extended_against_its_reference_frees_its_own_model_first(monk
     restart, reference_replay = alive[:8], alive[-8:]
     assert max(restart) == 2  # the session's model and the restart's
     assert max(reference_replay) == 1  # the session's model alone
+
+
+def test_the_slope_of_the_log_loss_comes_with_its_standard_error():
+    """The scatter of ln(loss) about its fitted line: a replay at a tiny LR on a snapshot of varied batches
+    is flat but noisy; the same replay on one batch repeated is flat and clean."""
+    out = REPLAY.measure(context(lambda: mlp_setup(lr=1e-6)), ReplayParams(steps=40))
+    assert abs(out.log_slope) < 3 * out.log_slope_se and out.log_slope_se > 0
+    one = REPLAY.measure(context(lambda: mlp_setup(lr=1e-6).model_copy(update={"batches": blobs()[:1]})),
+                         ReplayParams(steps=40))
+    assert one.log_slope_se < out.log_slope_se / 3

@@ -516,7 +516,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         loss_ratio=_ratio(start, end) if t.first_bad is None else None,
         loss_min=min(finite_losses) if finite_losses else None,
         loss_max=max(finite_losses) if finite_losses else None,
-        log_slope=_log_slope(finite_losses),
+        log_slope=_log_slope(finite_losses), log_slope_se=_log_slope_se(finite_losses),
         max_rise=_max_rise(finite_losses, start),
         max_grad_norm=max(finite_norms) if finite_norms else None,
         median_grad_norm=float(np.median(finite_norms)) if finite_norms else None,
@@ -552,6 +552,18 @@ def _ratio(start: Optional[float], end: Optional[float]) -> Optional[float]:
     if start is None or end is None or start == 0:
         return None
     return end / start if start > 0 else 1 + (end - start) / abs(start)
+
+
+def _log_slope_se(losses: list[float]) -> Optional[float]:
+    """The standard error of _log_slope's fitted slope (residual scatter over the spread of the steps)."""
+    positive = [x for x in losses if x > 0]
+    if len(positive) < 3:
+        return None
+    steps, logs = np.arange(len(positive)), np.log(positive)
+    slope, intercept = np.polyfit(steps, logs, 1)
+    residuals = logs - (slope * steps + intercept)
+    spread = float(((steps - steps.mean()) ** 2).sum())
+    return float(np.sqrt((residuals ** 2).sum() / (len(positive) - 2) / spread))
 
 
 def _log_slope(losses: list[float]) -> Optional[float]:

@@ -102,6 +102,10 @@ class ReplayOutcome(VerifiedFix):
     log_slope: Optional[float] = Field(
         default=None, description="Slope of ln(loss) per step: below 0 the run learns.",
         json_schema_extra={"words": "slope of log loss", "unit": "per step"})
+    log_slope_se: Optional[float] = Field(
+        default=None, description="The standard error of log_slope, from the scatter of ln(loss) about its line: "
+                                  "how fast the run could be learning under its own step-to-step noise.",
+        json_schema_extra={"words": "standard error of the log-loss slope", "unit": "per step"})
     max_rise: Optional[float] = Field(
         default=None, description="Largest rise of the loss above its best so far, in units of loss_start.",
         json_schema_extra={"words": "largest rise of the loss", "unit": "× start loss"})
