@@ -199,13 +199,15 @@ def test_ranks_fed_the_same_batches_or_the_same_examples(identical, shared, batc
     assert decide("ranks_share_batches(r)", {**figures, ("r", "world_size"): 1}) is False
 
 
-@pytest.mark.parametrize("slope, se, level, confirmed", [
-    (0.0, 0.0, 0.5, True),  # flat to the digit: stalled
-    (-0.0005, 0.0005, 0.5, True),  # steepest plausible: -0.0015 x 40 = -6%, under the 10% threshold
-    (-0.00097, 0.0019, 0.62, False),  # a noisy tabular run down 3%: it may be falling 17%
-    (-0.00097, 0.0019, 0.95, True),  # ... but at the loss of learning nothing, stalled however it moves
-    (None, None, 0.5, None),  # not measured (a loss with negative values): unknown
+@pytest.mark.parametrize("slope, se, level, moved, confirmed", [
+    (0.0, 0.0, 0.5, 0.05, True),  # flat to the digit: stalled
+    (-0.0005, 0.0005, 0.5, 0.05, True),  # steepest plausible: -0.0015 x 40 = -6%, under the 10% threshold
+    (-0.00097, 0.0019, 0.62, 0.075, False),  # a noisy tabular run down 3%: it may be falling 17%
+    (-0.00097, 0.0019, 0.95, 0.075, True),  # ... but at the loss of learning nothing, stalled however it moves
+    (0.0027, 0.004, 0.17, 0.0001, True),  # an LR decayed to ~0: the batches' scatter about an unchanged model
+    (None, None, 0.5, 0.05, None),  # not measured (a loss with negative values): unknown
 ])
-def test_a_stall_is_confirmed_only_where_the_runs_noise_cannot_hide_a_fall(slope, se, level, confirmed):
-    figures = {("n", "log_slope"): slope, ("n", "log_slope_se"): se, ("n", "steps_run"): 40, ("n", "level_ratio"): level}
+def test_a_stall_is_confirmed_only_where_the_runs_noise_cannot_hide_a_fall(slope, se, level, moved, confirmed):
+    figures = {("n", "log_slope"): slope, ("n", "log_slope_se"): se, ("n", "steps_run"): 40, ("n", "level_ratio"): level,
+               ("n", "update_ratio"): moved}
     assert decide("stall_confirmed(n)", figures) is confirmed

@@ -63,6 +63,10 @@ VAL_ABOVE_BEST = 1.1
 # learning at that pace. (A noisy tabular run down 3% over 40 steps, each step 0.29 to 0.51, may be falling
 # 17%: a stall there is not measured, and a verdict built on it is medium at most.)
 PLAUSIBLE_SIGMAS = 2
+# ... or where the replay left its weights where they were: moved under 0.1% of their norm, it ends with the
+# model it started with (an LR decayed to ~0, an optimizer stepping other parameters), and the loss's scatter
+# is the batches', not a trend's.
+WEIGHTS_STILL = 0.001
 # The run's own log (history_check): validation ends 10% above its best (VAL_ABOVE_BEST) while training fell
 # another 10% since (STALL_LOSS_RATIO): the textbook overfitting curve.
 # A replay's training loss still falling: down 5% or more over its steps (CLEAR_STALL_LOSS_RATIO).
@@ -122,13 +126,15 @@ NAMED: dict[str, NamedRule] = {
         f"{CLEAR_STALL_LOSS_RATIO} or $replay.pace_vs_run < {SLOW_PACE}))",
         "the replay's loss dropped under 5% (or under 10% at a tenth of the run's own pace), or sits at the "
         "loss of learning nothing"),
-    # Stalled at the loss of learning nothing, or flat beyond what its noise allows (PLAUSIBLE_SIGMAS).
+    # Stalled at the loss of learning nothing, with its weights still, or flat beyond what its noise allows.
     "stall_confirmed": NamedRule(
         ("replay",),
-        f"$replay.level_ratio > {NOTHING_LEARNED} or ($replay.log_slope - {PLAUSIBLE_SIGMAS} * $replay.log_slope_se) "
-        f"* $replay.steps_run > {math.log(STALL_LOSS_RATIO):.6f}",
-        "the replay sits at the loss of learning nothing, or its fitted log-loss slope less two standard errors "
-        "of it falls under 10% over its steps: its noise cannot hide a run learning at the stall threshold's pace"),
+        f"$replay.level_ratio > {NOTHING_LEARNED} or $replay.update_ratio < {WEIGHTS_STILL} or "
+        f"($replay.log_slope - {PLAUSIBLE_SIGMAS} * $replay.log_slope_se) * $replay.steps_run > "
+        f"{math.log(STALL_LOSS_RATIO):.6f}",
+        "the replay sits at the loss of learning nothing, or left its weights where they were (moved under 0.1% "
+        "of their norm), or its fitted log-loss slope less two standard errors of it falls under 10% over its "
+        "steps: its noise cannot hide a run learning at the stall threshold's pace"),
     # Near the threshold and keeping up its pace (a slow run still learning, or one whose pace is unknown):
     # a verdict reached through it is medium at most (the playbook's branch says so).
     "slows_to_a_stall": NamedRule(
