@@ -211,3 +211,10 @@ def test_a_stall_is_confirmed_only_where_the_runs_noise_cannot_hide_a_fall(slope
     figures = {("n", "log_slope"): slope, ("n", "log_slope_se"): se, ("n", "steps_run"): 40, ("n", "level_ratio"): level,
                ("n", "update_ratio"): moved}
     assert decide("stall_confirmed(n)", figures) is confirmed
+
+
+@pytest.mark.parametrize("decay, reach, harms", [(0.0, None, False), (0.01, 0.002, False), (0.5, 0.8, True),
+                                                 (0.01, None, True)])
+def test_decay_can_harm_reads_how_far_the_decay_can_have_shrunk_the_weights(decay, reach, harms):
+    figures = {("setup", "weight_decay"): decay, ("setup", "decay_reach"): reach}
+    assert decide("decay_can_harm()", figures) is harms

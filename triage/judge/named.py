@@ -82,6 +82,11 @@ CLIPS_ALWAYS = 0.9
 OWN_LOSS_GRADIENT = 0.05
 # Above half the loss of learning nothing: the run has not learned the task by its own measure.
 HALF_LEARNED = 0.5
+# Weight decay can have done harm only where, over the run so far and the replay, it can remove 5% of the
+# weights or more (its lr x weight_decay summed: SetupFacts.decay_reach). Below that, removing it changes a
+# chaotic run's path without being the cause (AdamW at its default 0.01 and lr 1e-3 removes 0.1% over 100
+# steps). Unknown reach (Adam's coupled L2) is tried.
+DECAY_REACH = 0.05
 # Ranks of a distributed run fed the same data: over half their batches identical, or their examples shared.
 RANKS_SHARE = 0.5
 # An optimizer of a set given its previous step's gradient again (loop_diff's exact check) on half its steps
@@ -185,6 +190,10 @@ NAMED: dict[str, NamedRule] = {
                    f"and $flow.frozen_fraction < {MISSED_BY_OPTIMIZER}",
         "over half the optimizer's parameters get no gradient, while parameters it does not hold get one (and "
         "under half are frozen)"),
+    "decay_can_harm": NamedRule(
+        (), f"setup.weight_decay > 0 and (setup.decay_reach == none or setup.decay_reach > {DECAY_REACH})",
+        "the run decays its weights, by enough to have shrunk them 5% over the run and the replay (or by an "
+        "amount not known)"),
     "graph_cut": NamedRule(
         ("flow",), f"$flow.no_grad_fraction > {MISSED_BY_OPTIMIZER} and $flow.frozen_fraction < {MISSED_BY_OPTIMIZER}",
         "over half the optimizer's parameters get no gradient at all, and under half are frozen"),
