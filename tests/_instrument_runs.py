@@ -57,8 +57,7 @@ def run(experiment: Experiment, session: Session, **params) -> Outcome:
     counterfactual's figures by the judge."""
     session.restore()
     values = experiment.params(**params)
-    bars = {name: getattr(values, name) for name in ("margin", "level_margin") if hasattr(values, name)}
-    return judged_by_walk(experiment.measure(Context(session=session, budget_s=60), values), **bars)
+    return judged_by_walk(experiment.measure(Context(session=session, budget_s=60), values), values)
 
 
 def trained_checkpoint(factory: Callable[[], triage.Setup], steps: int) -> Checkpoint:

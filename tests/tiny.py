@@ -39,10 +39,9 @@ def context(factory, budget_s: float = 60.0) -> Context:
     return Context(session=session, budget_s=budget_s)
 
 
-def judged_by_walk(outcome, **bars):
+def judged_by_walk(outcome, params=None):
     """A counterfactual's outcome with the judge's reading of it, as the walk records it (an experiment
-    measures the pairing; the walk asks the judge whether the fix works)."""
-    from triage.experiments.verify import judged
-    from triage.outcomes.replay import ReplayOutcome
+    measures the pairing; the walk asks the judge whether the fix works), at `params`' bars."""
+    from triage.walk.measuring import judged_outcome
 
-    return outcome.model_copy(update=judged(outcome, **bars)) if isinstance(outcome, ReplayOutcome) else outcome
+    return judged_outcome(outcome, params)

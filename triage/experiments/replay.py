@@ -497,6 +497,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
     finite = t.first_bad is None and ended_finite
     levels = loss_levels(ctx.session)
     nothing = levels.nothing_learned
+    slope, slope_se = _log_trend(finite_losses)
     return ReplayOutcome(
         **paired_with(reference=ctx.outcomes.get(p.against), against=p.against, levels=levels, val_end=t.val_final),
         loop_used=t.loop_used, loop_note=t.loop_note,
@@ -516,7 +517,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         loss_ratio=_ratio(start, end) if t.first_bad is None else None,
         loss_min=min(finite_losses) if finite_losses else None,
         loss_max=max(finite_losses) if finite_losses else None,
-        log_slope=_log_slope(finite_losses), log_slope_se=_log_slope_se(finite_losses),
+        log_slope=slope, log_slope_se=slope_se,
         max_rise=_max_rise(finite_losses, start),
         max_grad_norm=max(finite_norms) if finite_norms else None,
         median_grad_norm=float(np.median(finite_norms)) if finite_norms else None,
@@ -554,23 +555,17 @@ def _ratio(start: Optional[float], end: Optional[float]) -> Optional[float]:
     return end / start if start > 0 else 1 + (end - start) / abs(start)
 
 
-def _log_slope_se(losses: list[float]) -> Optional[float]:
-    """The standard error of _log_slope's fitted slope (residual scatter over the spread of the steps)."""
+def _log_trend(losses: list[float]) -> tuple[Optional[float], Optional[float]]:
+    """The slope of a line fitted to ln(loss) per step, and its standard error (the residuals' scatter over
+    the spread of the steps); (None, None) with fewer than 3 positive losses."""
     positive = [x for x in losses if x > 0]
     if len(positive) < 3:
-        return None
+        return None, None
     steps, logs = np.arange(len(positive)), np.log(positive)
     slope, intercept = np.polyfit(steps, logs, 1)
     residuals = logs - (slope * steps + intercept)
     spread = float(((steps - steps.mean()) ** 2).sum())
-    return float(np.sqrt((residuals ** 2).sum() / (len(positive) - 2) / spread))
-
-
-def _log_slope(losses: list[float]) -> Optional[float]:
-    positive = [x for x in losses if x > 0]
-    if len(positive) < 3:
-        return None
-    return float(np.polyfit(np.arange(len(positive)), np.log(positive), 1)[0])
+    return float(slope), float(np.sqrt((residuals ** 2).sum() / (len(positive) - 2) / spread))
 
 
 

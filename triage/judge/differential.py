@@ -48,10 +48,16 @@ def far_fetched(lr_factor: object, moved_to: object = None, optimizer_kind: obje
         return (f"the LR that trained is x{lr_factor:g} the run's own, over {FAR_FACTOR:g}x away: a loop or a "
                 "loss that scales the step (gradients summed over calls, a sum where a mean was meant) is as "
                 "likely as a mistyped LR")
-    low, high = USUAL_LR.get(optimizer_kind, (0.0, math.inf)) if isinstance(optimizer_kind, str) else (0.0, math.inf)
-    if not _positive(moved_to) or (lr_factor <= 1 or moved_to <= high) and (lr_factor >= 1 or moved_to >= low):
+    usual = USUAL_LR.get(optimizer_kind) if isinstance(optimizer_kind, str) else None
+    if usual is None or not _positive(moved_to):
         return None
-    side = "above" if lr_factor > 1 else "below"
+    low, high = usual
+    if lr_factor > 1 and moved_to > high:
+        side = "above"
+    elif lr_factor < 1 and moved_to < low:
+        side = "below"
+    else:
+        return None
     return (f"the LR that trained, {moved_to:g} (x{lr_factor:g} the run's own), is {side} the LRs {optimizer_kind} "
             f"is usually run at ({low:g} to {high:g}): a loop or a loss that scales the step is as likely as a "
             "mistyped LR")

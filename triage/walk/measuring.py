@@ -80,7 +80,7 @@ def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: di
     anomaly_was_on = torch.is_anomaly_enabled()
     t0 = time.perf_counter()
     try:
-        outcome = _judged(experiment.measure(ctx, params), params)
+        outcome = judged_outcome(experiment.measure(ctx, params), params)
     except NotApplicable as reason:
         status, error = "not_applicable", str(reason)
         log.info("experiment %s at node %s does not apply: %s", name, node, reason)
@@ -109,10 +109,10 @@ def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: di
     return run, outcome
 
 
-def _judged(outcome: Outcome, params: Params) -> Outcome:
+def judged_outcome(outcome: Outcome, params: Optional[Params] = None) -> Outcome:
     """The outcome with the judge's reading of it, where it is a counterfactual paired with a reference: the
     experiment measures both, the judge says whether the fix works (experiments/verify.judged), with the
-    bars the node's parameters set (the judge's own unless a team's playbook moved them)."""
+    bars the node's parameters set (the judge's own unless a team's playbook moved them; None: the judge's)."""
     if not isinstance(outcome, ReplayOutcome):
         return outcome
     bars = {name: getattr(params, name) for name in ("margin", "level_margin") if hasattr(params, name)}
