@@ -31,6 +31,18 @@ def named_tensors(batch: Any, prefix: str = "") -> Iterator[tuple[str, torch.Ten
             yield from named_tensors(v, f"{prefix}[{i}]")
 
 
+def replace_tensor(batch: Any, name: str, tensor: torch.Tensor, prefix: str = "") -> Any:
+    """A copy of the batch's structure with the tensor `named_tensors` calls `name` replaced by `tensor`."""
+    if isinstance(batch, torch.Tensor):
+        return tensor if (prefix or "batch") == name else batch
+    if isinstance(batch, dict):
+        return {k: replace_tensor(v, name, tensor, f"{prefix}[{k!r}]") for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        items = [replace_tensor(v, name, tensor, f"{prefix}[{i}]") for i, v in enumerate(batch)]
+        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+    return batch
+
+
 def to_device(batch: Any, device: str) -> Any:
     return map_tensors(batch, lambda t: t.to(device))
 

@@ -1,6 +1,7 @@
 """Label checks for classification: labels out of range of the logits, a single class, class-ordered
-batches, and labels unrelated to the inputs (nearest-neighbour agreement vs chance); for regression,
-targets unrelated to the inputs (correlation with the neighbours' targets)."""
+batches, labels unrelated to the inputs (nearest-neighbour agreement vs chance), and a sequence model's
+labels against its input tokens (how far ahead they make it predict); for regression, targets unrelated to
+the inputs (correlation with the neighbours' targets)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.fingerprint import graph_membership
+from triage.experiments.label_shift import measure_shift
 from triage.experiments.levels import regression_target
 from triage.batches import named_tensors
 from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, loss_reads, model_output
@@ -49,8 +51,12 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     frequencies = counts.double() / labels.numel()
     ratio = _batch_class_ratio(per_batch, frequencies)
     knn, used = _knn_agreement(batches, p)
+    name = target or _name_of(batches[0], targets[0])
+    shift = measure_shift(session.setup, batches[0], name, session.device, p.ignore_index)
+    ctx.restart()  # the loss's forward, as the probe's above
     return LabelCheckOutcome(
-        is_classification=True, num_classes=k, target=target or _name_of(batches[0], targets[0]),
+        **shift.model_dump(),
+        is_classification=True, num_classes=k, target=name,
         target_ambiguous=len(read) > 1,
         label_min=int(labels.min()), label_max=int(labels.max()), labels_seen=int(labels.numel()),
         out_of_range_count=int(((labels < 0) | (labels >= k)).sum()),
@@ -194,7 +200,8 @@ def _token_counts(tokens: Optional[torch.Tensor], labels: Optional[torch.Tensor]
 LABEL_CHECK = Experiment(
     name="label_check",
     summary="Checks classification labels: out of range for the logits, a single class, class-ordered "
-            "batches, and agreement with input-space neighbours against chance.",
+            "batches, agreement with input-space neighbours against chance, and how far ahead a sequence "
+            "model's labels make it predict.",
     params=LabelCheckParams,
     outcome=LabelCheckOutcome,
     measure=measure,

@@ -21,8 +21,10 @@ from triage.experiments.dead_units import find_dead_units, revive
 from triage.experiments.fingerprint import first_examples
 from triage.experiments.interventions import held_at_peak, swap_saturating, unfrozen, unsquash, unsquashed
 from triage.experiments.loss_inputs import score_losses
+from triage.experiments.label_shift import realigned
 from triage.experiments.levels import loss_levels
 from triage.experiments.own_step import Candidate, OwnStep
+from triage.experiments.probes import IGNORE_INDEX
 from triage.experiments.pace import pace_vs_run
 from triage.experiments.schedule import RunSchedule
 from triage.experiments.training import (autocast, current_lr, grad_scaler, loss_value,
@@ -56,6 +58,10 @@ class ReplayParams(Params):
     skip_nonfinite_of: Optional[str] = Field(
         default=None, description="Leave out the batches whose loss a batch_scan node found non-finite at the "
                                   "checkpoint's weights (its node id).", json_schema_extra={"node_runs": "batch_scan"})
+    realign_labels_of: Optional[str] = Field(
+        default=None, description="Move the labels back so that each output is trained on the next token, where "
+                                  "a label_check node measured them further ahead (its node id).",
+        json_schema_extra={"node_runs": "label_check"})
     lr_factor_of: Optional[str] = Field(
         default=None, description="Multiply the lr by the factor an lr_search node chose (its lr_factor): that "
                                   "LR replayed over other steps.", json_schema_extra={"node_runs": "lr_search"})
@@ -287,6 +293,9 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
     batches = [session.batches[i] for i in order]
     if p.subset:
         order, batches = order[:1], [first_examples(batches[0], p.subset)]
+    val_batches = session.val_batches
+    if p.realign_labels_of:
+        batches, val_batches = (_realigned(ctx, p.realign_labels_of, b) for b in (batches, val_batches))
     lr_scale = p.lr_scale * _suggested_ratio(ctx, p.lr_scale_from) * _chosen_factor(ctx, p.lr_factor_of) \
         * (peak_ratio or 1.0)
     user, note = own[0] or p.loop == "user", own[1]
@@ -323,7 +332,7 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
             trace.optimizer_steps = 0
         else:
             model.train()  # the user's loop keeps whatever mode it sets: that may be the bug
-        _steps(ctx, p, setup, batches, trace, keep_going, schedule, lr_scale, contention,
+        _steps(ctx, p, setup, batches, val_batches, trace, keep_going, schedule, lr_scale, contention,
                own=step_own if user else None,
                reference=lambda batch: reference_step(setup, batch, precision, clip, scaler, session.device,
                                                       params, lr_scale),
@@ -332,17 +341,25 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
             trace.not_applicable += step_own.unreached(len(trace.losses))
             trace.unknown_optimizers = step_own.unknown_optimizers()
     trace.scheduler_steps = schedule.scheduler_steps
-    if session.val_batches and trace.first_bad is None and not trace.truncated:
-        trace.val_final = ctx.ranks.mean(_val_loss(setup, session.val_batches[:VAL_BATCHES], precision,
-                                                   session.device))
+    if val_batches and trace.first_bad is None and not trace.truncated:
+        trace.val_final = ctx.ranks.mean(_val_loss(setup, val_batches[:VAL_BATCHES], precision, session.device))
     return trace, clip, skip
+
+
+def _realigned(ctx: Context, node: str, batches: list) -> list:
+    """The batches with their labels moved back to next-token prediction, as label_check `node` measured them."""
+    found = ctx.outcomes.get(node)
+    ahead = getattr(found, "predicts_ahead", None)
+    if ahead is None or ahead <= 1 or not found.target:
+        raise NotApplicable(f"'{node}' measured no labels beyond the next token to move back.")
+    return [realigned(b, found.target, ahead, IGNORE_INDEX) for b in batches]
 
 
 # Validation batches a replay's end is measured on: enough to see generalisation, cheap beside 40 steps.
 VAL_BATCHES = 8
 
 
-def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_going, schedule: RunSchedule,
+def _steps(ctx: Context, p: ReplayParams, setup, batches, val_batches, trace: "_Trace", keep_going, schedule: RunSchedule,
            lr_scale: float, contention, own: Optional[OwnStep], reference, scaler_free: bool,
            watched: Any = None) -> None:
     """The replay's steps, one batch each, until `p.steps` (or `extend_to`) steps, the first non-finite loss,
@@ -388,9 +405,9 @@ def _steps(ctx: Context, p: ReplayParams, setup, batches, trace: "_Trace", keep_
         trace.overflowed.append(_skipped(scale, _scale_of(watched), loss, norm, stepped, own is not None))
         trace.accumulates |= own is not None and not stepped and not trace.overflowed[-1]
         over_budget = any(row[2] for row in rows)
-        if p.val_every and session.val_batches and call % p.val_every == 0:
+        if p.val_every and val_batches and call % p.val_every == 0:
             trace.val_steps.append(call)
-            trace.val_losses.append(ctx.ranks.mean(_val_loss(setup, session.val_batches, p.precision or
+            trace.val_losses.append(ctx.ranks.mean(_val_loss(setup, val_batches, p.precision or
                                                              setup.precision, session.device)))
         ctx.progress(min(done + 1, target), max(p.steps, done + 1))
         # Under a GradScaler an inf gradient is routine (the step is skipped); elsewhere it is fatal.

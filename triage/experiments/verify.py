@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from triage.experiments.base import Outcome
-from triage.judge.fix import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, end_of, judge_fix
+from triage.judge.fix import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, end_of, judge_fix, run_share
 from triage.judge.levels import LossLevels
 from triage.outcomes.replay import ReplayOutcome
 from triage.outcomes.verify import VerifiedFix
@@ -26,7 +26,7 @@ def paired_with(*, reference: Optional[Outcome], against: Optional[str], levels:
     if against is None or reference is None:
         return {}
     return dict(against=against, reference_end=_end(reference), reference_steps=getattr(reference, "steps_run", None),
-                reference_val=getattr(reference, "val_final", None), fix_val=val_end, levels=levels)
+                reference_ratio=getattr(reference, "loss_ratio", None), reference_val=getattr(reference, "val_final", None), fix_val=val_end, levels=levels)
 
 
 def judged(outcome: ReplayOutcome, *, margin: float = DEFAULT_MARGIN,
@@ -38,7 +38,8 @@ def judged(outcome: ReplayOutcome, *, margin: float = DEFAULT_MARGIN,
     verdict = judge_fix(finite=outcome.finite, loss_start=outcome.loss_start, loss_end=outcome.loss_end,
                         reference_end=outcome.reference_end, levels=outcome.levels, margin=margin,
                         level_margin=level_margin, fix_val=outcome.fix_val, reference_val=outcome.reference_val)
-    return verdict.model_dump(exclude={"reference_end"})
+    return verdict.model_dump(exclude={"reference_end"}) | {
+        "run_share": run_share(verdict.improvement, outcome.reference_ratio)}
 
 
 def _end(reference: Outcome) -> float:

@@ -46,6 +46,10 @@ VANISHING = 0.01
 # fresh init's at the checkpoint.
 SHRANK_OVER_REPLAY = 0.8
 SHRANK_SINCE_INIT = 0.5
+# A run held back by its LR learns at about LR/k the pace of one k times faster, while its loss is far from
+# its end: a fix at x10 leaves it a tenth of the fall, or less. A run that, replayed as long as the fix, fell a
+# third of the fix's way or more by itself is slower, not stuck: more LR pays less than in proportion there.
+KEPT_UP = 0.33
 MEMORISES = 0.5  # a replay on 2 examples halves its loss: the model can learn what it is given
 # An optimizer built on the wrong parameters: over half of those it holds get no gradient (a frozen head or
 # two is a design; most of the model is a misbuilt optimizer).
@@ -147,6 +151,10 @@ NAMED: dict[str, NamedRule] = {
         f"$replay.loss_ratio > {STALL_LOSS_RATIO} and ($replay.level_ratio == none or $replay.level_ratio > "
         f"{CONVERGED})",
         "the replay's loss dropped under 10%, not yet converged"),
+    "run_kept_up": NamedRule(
+        ("replay",), f"$replay.run_share >= {KEPT_UP}",
+        "the run, replayed as long as the fix, fell a third of the fix's way (in log loss) or more by itself: "
+        "slower than the fix, not stuck"),
     "learned_nothing": NamedRule(
         ("replay",), f"$replay.level_ratio > {NOTHING_LEARNED}",
         "the replay ended at 90% or more of the loss of learning nothing (a constant prediction)"),
@@ -245,6 +253,12 @@ NAMED: dict[str, NamedRule] = {
         ("labels",),
         f"$labels.is_classification and $labels.knn_agreement < $labels.chance_agreement + {KNN_OVER_CHANCE}",
         "a classifier's labels: nearest neighbours in input space agree on them no more than chance (+0.1)"),
+    # Next-token prediction is 1 place ahead; labels moved by the dataset and again by the model's loss (a
+    # Hugging Face causal LM shifts them inside) make it 2: a slower, noisier task, and no label out of range.
+    "shifted_twice": NamedRule(
+        ("labels",), "$labels.predicts_ahead > 1",
+        "a sequence model's labels, moved from its input tokens by the data and again by its loss, train each "
+        "output on a token more than 1 place ahead"),
     "targets_carry_nothing": NamedRule(
         ("labels",), f"not $labels.is_classification and $labels.knn_target_correlation < {KNN_TARGET_CORRELATION}",
         "a regressor's targets correlate under 0.1 with those of their nearest neighbours in input space"),

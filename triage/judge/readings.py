@@ -38,6 +38,16 @@ FLOOR_BELOW_CONSTANT = 0.5
 # gradient under 1% of its slope at 0).
 SATURATED = 0.99
 
+# label_check: labels that are the input tokens moved by k places agree with them at nearly every labelled
+# place (padding and a document's boundary aside); labels of another kind (tags, a target sentence) agree by
+# chance, well under half.
+SHIFT_AGREEMENT = 0.9
+# label_check: the run's loss is the cross-entropy of its scores at t against the labels at t + 1 (the model
+# shifts them inside) where it equals that to fp32 rounding and is clear of the unshifted one: two readings of
+# one forward differ in their last bits, and a shift by one token changes the loss by far more than 1%.
+SAME_LOSS = 1e-3
+OTHER_LOSS = 1e-2
+
 # lr_range_test: the sweep stops once its smoothed loss passes 4x the best it reached: diverged.
 LR_RANGE_DIVERGED = 4.0
 
@@ -54,6 +64,24 @@ def same_init_scheme(ratios: list[float]) -> bool:
 def class_ordered(distinct_labels: int, batch_class_ratio: Optional[float]) -> bool:
     """The batches are sorted by class (see CLASS_ORDERED)."""
     return distinct_labels > 1 and batch_class_ratio is not None and batch_class_ratio < CLASS_ORDERED
+
+
+def label_shift(agreements: list[Optional[float]]) -> Optional[int]:
+    """The places the labels are moved from the input tokens (agreements[k]: the share of labels that are the
+    token k places on), where one shift accounts for them (see SHIFT_AGREEMENT); None where none does."""
+    return next((k for k, share in enumerate(agreements) if share is not None and share >= SHIFT_AGREEMENT), None)
+
+
+def scores_shifted(loss: float, unshifted: float, shifted: float) -> Optional[bool]:
+    """Whether the run's loss scores the output at t against the label at t + 1 (True) or at t (False);
+    None where it is neither (a loss with other terms, label smoothing, another reduction)."""
+    def same(a: float, b: float, tolerance: float) -> bool:
+        return abs(a - b) <= tolerance * max(abs(a), abs(b), 1e-12)
+    if same(loss, shifted, SAME_LOSS) and not same(loss, unshifted, OTHER_LOSS):
+        return True
+    if same(loss, unshifted, SAME_LOSS) and not same(loss, shifted, OTHER_LOSS):
+        return False
+    return None
 
 
 def has_floor(constant: Optional[float], perfect: Optional[float]) -> bool:

@@ -12,7 +12,30 @@ from triage.outcomes.base import Outcome
 NEIGHBOURS = 5  # regression: the mean of 5 neighbours' targets; one neighbour's is too noisy on small snapshots
 
 
-class LabelCheckOutcome(Outcome):
+class LabelShift(Outcome):
+    """How far ahead a sequence model's labels make it predict (triage/experiments/label_shift.py)."""
+
+    label_shift: Optional[int] = Field(
+        default=None, description="Labels that are the input tokens moved by this many places (0: the tokens "
+                                  "themselves, 1: the next token), where one shift accounts for 90% of them; "
+                                  "none for labels of another kind.",
+        json_schema_extra={"words": "places the labels are moved from the inputs"})
+    shift_agreements: list[Optional[float]] = Field(
+        default_factory=list, description="For 0, 1 and 2 places: the share of labels that are the input token "
+                                          "that many places on.",
+        json_schema_extra={"words": "labels equal to the token 0, 1, 2 places on"})
+    model_shifts_labels: Optional[bool] = Field(
+        default=None, description="The run's loss scores the output at t against the label at t + 1 (the model "
+                                  "shifts its labels inside, as Hugging Face's *ForCausalLM do); false where "
+                                  "against the label at t; none where neither matches the loss.",
+        json_schema_extra={"words": "the loss shifts the labels"})
+    predicts_ahead: Optional[int] = Field(
+        default=None, description="The tokens ahead of its input each output is trained to predict: the labels' "
+                                  "shift plus the loss's (1 for next-token prediction).",
+        json_schema_extra={"words": "places ahead each output is trained to predict"})
+
+
+class LabelCheckOutcome(LabelShift):
     is_classification: bool = Field(
         description="Batches carry integer labels and the model outputs >= 2 scores.",
         json_schema_extra={"words": "is classification"})

@@ -54,6 +54,8 @@ _CHANGES = {
     "subset": lambda v: f"first {v} examples only" if v else "all examples",
     "skip_batches": lambda v: f"skipping {_batches(v)}" if v else "no batch skipped",
     "skip_outliers_of": lambda v: f"skipping the outlier batches '{v}' found" if v else "no batch skipped",
+    "realign_labels_of": lambda v: f"labels moved back to the next token ('{v}' measured them further ahead)"
+    if v else "labels as the run",
     "loop": lambda v: {"user": "the run's own train_step", "reference": "triage's reference loop"}.get(
         v, "the run's own train_step where it has one"),
     "lr_of": lambda v: f"the LR of optimizer '{v}' only" if v else "every optimizer's LR",
