@@ -218,3 +218,13 @@ def test_a_stall_is_confirmed_only_where_the_runs_noise_cannot_hide_a_fall(slope
 def test_decay_can_harm_reads_how_far_the_decay_can_have_shrunk_the_weights(decay, reach, harms):
     figures = {("setup", "weight_decay"): decay, ("setup", "decay_reach"): reach}
     assert decide("decay_can_harm()", figures) is harms
+
+
+@pytest.mark.parametrize("ahead, shifted", [(2, True), (1, False), (0, False), (None, None)])
+def test_shifted_twice_is_an_output_trained_on_a_token_past_the_next(ahead, shifted):
+    assert decide("shifted_twice(n)", {("n", "predicts_ahead"): ahead}) is shifted
+
+
+@pytest.mark.parametrize("share, kept_up", [(0.45, True), (named.KEPT_UP, True), (0.1, False), (None, None)])
+def test_run_kept_up_is_a_third_of_the_fixs_fall_made_by_the_run_itself(share, kept_up):
+    assert decide("run_kept_up(n)", {("n", "run_share"): share}) is kept_up
