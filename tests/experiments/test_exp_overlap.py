@@ -2,8 +2,9 @@
 
 import torch
 
-from tests._instrument_runs import classifier_setup, digits, run, session_of
+from tests._instrument_runs import classifier_setup, digits, run, session_of, trained_checkpoint
 from triage.experiments.overlap import OVERLAP_CHECK
+from triage.walk.playbook.conditions import parse_condition
 
 
 def _outcome(train, val):
@@ -19,6 +20,35 @@ def test_half_of_val_copied_from_train_is_half_duplicates():
     assert out.has_val and out.val_examples == 128 and out.train_examples == 512
     assert out.duplicates == 64 and out.duplicate_fraction == 0.5
     assert out.first_duplicates[:3] == [32, 33, 34]
+
+
+def _half_copied(train):
+    """Validation: 64 training examples and 64 new ones, with labels drawn as the training ones were."""
+    fresh = digits(1, offset=8 * 64, shuffle_labels=True)[0]
+    return [(torch.cat([train[1][0], fresh[0]]), torch.cat([train[1][1], fresh[1]]))]
+
+
+def _judged(call, out):
+    return parse_condition(call).value(lambda node, field: getattr(out, field))
+
+
+def test_copies_a_model_memorised_score_better_than_the_rest_and_flatter_the_validation_figure():
+    # Labels that carry no signal: the model can only memorise them, so its copies score far better than the
+    # new examples, and the validation figure is as good as the overlap makes it.
+    train = digits(2, shuffle_labels=True)
+    factory = lambda: classifier_setup(batches=train, val_batches=_half_copied(train), lr=0.5)  # noqa: E731
+    out = run(OVERLAP_CHECK, session_of(factory, trained_checkpoint(factory, 600)))
+    assert out.duplicates == 64 and out.val_examples == 128
+    assert out.duplicate_loss < 0.2 < 2.0 < out.other_loss
+    assert _judged("duplicates_flatter(n)", out) is True and _judged("duplicates_score_alike(n)", out) is False
+
+
+def test_copies_that_score_like_the_rest_do_not_show_the_overlap_flatters_anything():
+    train = digits(2, shuffle_labels=True)
+    factory = lambda: classifier_setup(batches=train, val_batches=_half_copied(train))  # noqa: E731
+    out = run(OVERLAP_CHECK, session_of(factory))  # at setup()'s init: nothing learned, copies or not
+    assert out.duplicates == 64 and abs(out.duplicate_loss - out.other_loss) < 0.2 * out.other_loss
+    assert _judged("duplicates_flatter(n)", out) is False and _judged("duplicates_score_alike(n)", out) is True
 
 
 def test_copies_that_differ_below_the_rounding_still_count():

@@ -117,6 +117,22 @@ def first_examples(batch: Any, n: int) -> Any:
     return _first_rows(batch, n)
 
 
+def examples_where(batch: Any, keep: torch.Tensor) -> Optional[Any]:
+    """The batch cut to the examples `keep` selects (a bool per example, in `example_rows`' order): the rows
+    that hold them, or a full-batch graph with its mask narrowed to them. None where the examples cannot be
+    selected apart (a batch of graphs, a neighbour-sampled batch's seeds) or where none is kept."""
+    layout = _layout(batch)
+    if layout.not_rows is not None or layout.seeds is not None or not bool(keep.any()):
+        return None
+    if layout.mask is not None:
+        mask = layout.mask[1]
+        narrowed = torch.zeros_like(mask)
+        narrowed[mask.nonzero().flatten()[keep.to(mask.device)]] = True
+        return map_tensors(batch, lambda t: narrowed if t is mask else t)
+    kept = {id(t) for _, t in layout.rows}
+    return map_tensors(batch, lambda t: t[keep.to(t.device)] if id(t) in kept else t)
+
+
 def _first_rows(batch: Any, n: int) -> Any:
     return map_tensors(batch, lambda t: t[:n] if t.dim() > 0 else t)
 

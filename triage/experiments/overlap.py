@@ -1,10 +1,18 @@
 """Train/val overlap: validation examples that also appear, exactly, among the training batches, each read whole
-(every tensor the model reads of it, a graph's nodes as its masks select them: fingerprint.example_rows)."""
+(every tensor the model reads of it, a graph's nodes as its masks select them: fingerprint.example_rows), and
+whether they score better at the checkpoint than the validation examples that are not (the overlap flatters
+the validation figure only where they do)."""
 
 from __future__ import annotations
 
+from typing import Optional
+
+import torch
+
 from triage.experiments.base import Context, Experiment, Params
-from triage.experiments.fingerprint import example_digests, examples_unreadable, sequence_rows, window_digests
+from triage.experiments.fingerprint import (example_digests, examples_unreadable, examples_where, sequence_rows,
+                                            window_digests)
+from triage.experiments.training import autocast, loss_value
 from triage.outcomes.overlap import OverlapOutcome
 
 
@@ -21,19 +29,46 @@ def measure(ctx: Context, p: OverlapParams) -> OverlapOutcome:
         return OverlapOutcome(has_val=True, duplicate_fraction=None, not_measured=unreadable)
     train_hashes = list(example_digests(session.batches))
     train = set(train_hashes)
-    val_examples, duplicates, first = 0, 0, []
-    for index, digest in enumerate(example_digests(session.val_batches)):
-        val_examples += 1
-        if digest in train:
-            duplicates += 1
-            if len(first) < 20:
-                first.append(index)
+    # per validation batch, whether each of its examples is a training example
+    copied = [torch.tensor([d in train for d in example_digests([b])], dtype=torch.bool) for b in session.val_batches]
+    flags = torch.cat(copied) if copied else torch.zeros(0, dtype=torch.bool)
+    val_examples, duplicates = len(flags), int(flags.sum())
     shifted, compared = _shifted_copies(session.batches, session.val_batches)
+    losses = (None, None)
+    if 0 < duplicates < val_examples:
+        losses = _scored_apart(ctx, copied)
+        ctx.restart()  # eval-mode forwards move nothing a stock model holds; a loss_fn with state of its own may
     return OverlapOutcome(
         has_val=True, train_examples=len(train_hashes), val_examples=val_examples, duplicates=duplicates,
-        duplicate_fraction=duplicates / val_examples if val_examples else 0.0, first_duplicates=first,
+        duplicate_fraction=duplicates / val_examples if val_examples else 0.0,
+        first_duplicates=flags.nonzero().flatten()[:20].tolist(), duplicate_loss=losses[0], other_loss=losses[1],
         shifted_copies=shifted, shifted_fraction=shifted / compared if compared else None,
     )
+
+
+@torch.no_grad()
+def _scored_apart(ctx: Context, copied: list[torch.Tensor]) -> tuple[Optional[float], Optional[float]]:
+    """The run's loss at the checkpoint on the validation examples that are training examples, and on the
+    rest, each averaged over examples (the batches cut to each group; eval mode, as validation runs). None
+    where a batch's examples cannot be selected apart."""
+    session = ctx.session
+    setup, sums, counts = session.setup, [0.0, 0.0], [0, 0]
+    was_training = setup.model.training
+    setup.model.eval()
+    try:
+        for batch, flags in zip(session.val_batches, copied):
+            for group, keep in enumerate((flags, ~flags)):
+                if not keep.any():
+                    continue
+                part = examples_where(batch, keep)
+                if part is None:
+                    return None, None
+                with autocast(setup.precision, session.device):
+                    sums[group] += loss_value(setup.loss_fn(setup.model, part)) * int(keep.sum())
+                counts[group] += int(keep.sum())
+    finally:
+        setup.model.train(was_training)
+    return sums[0] / counts[0], sums[1] / counts[1]
 
 
 def _shifted_copies(train_batches: list, val_batches: list) -> tuple[int, int]:

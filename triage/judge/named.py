@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from string import Template
 
+from triage.judge.fix import DEFAULT_MARGIN
+
 # Over the baseline replay's steps (40 by default), in steps of this run:
 DIVERGES_LOSS_RATIO = 1.5  # the loss ends 50% above where it started
 STALL_LOSS_RATIO = 0.9  # under a 10% drop: a stall
@@ -182,6 +184,18 @@ NAMED: dict[str, NamedRule] = {
     "few_duplicates": NamedRule(
         ("overlap",), f"$overlap.duplicate_fraction == none or $overlap.duplicate_fraction <= {DUPLICATE_SHARE}",
         "a tenth of the validation rows or fewer duplicate training rows, or no overlap measured"),
+    # The overlap matters where it flatters the validation figure: every validation example is a training one,
+    # or those that are score clearly better (the fix bar's margin) at the checkpoint than those that are not.
+    "duplicates_flatter": NamedRule(
+        ("overlap",), f"$overlap.duplicates == $overlap.val_examples or $overlap.duplicate_loss < "
+                      f"{DEFAULT_MARGIN} * $overlap.other_loss",
+        "every validation example is a training example, or those that are score clearly better (under 0.8x the "
+        "loss) at the checkpoint than the rest"),
+    "duplicates_score_alike": NamedRule(
+        ("overlap",), f"$overlap.duplicates < $overlap.val_examples and $overlap.duplicate_loss >= "
+                      f"{DEFAULT_MARGIN} * $overlap.other_loss",
+        "the validation examples that are training examples score no clearly better at the checkpoint than the "
+        "rest (0.8x their loss or above)"),
     "shifted_windows": NamedRule(
         ("overlap",), f"$overlap.shifted_fraction > {SHIFTED_SHARE}",
         "over half the validation sequences are training sequences moved by 1 to 16 steps (windows of one "

@@ -25,6 +25,14 @@ class OverlapOutcome(Outcome):
     first_duplicates: list[int] = Field(
         default_factory=list, description="Up to 20 val example indices.",
         json_schema_extra={"words": "first duplicates"})
+    duplicate_loss: Optional[float] = Field(
+        default=None, description="The run's loss at the checkpoint on the validation examples that are training "
+                                  "examples, averaged over them (eval mode); None where there are none, or all "
+                                  "are, or they cannot be selected apart.",
+        json_schema_extra={"words": "loss on the duplicated validation examples"})
+    other_loss: Optional[float] = Field(
+        default=None, description="The same on the validation examples that are not training examples.",
+        json_schema_extra={"words": "loss on the other validation examples"})
     not_measured: Optional[str] = Field(
         default=None, description="Why the examples could not be compared.",
         json_schema_extra={"words": "not measured"})
