@@ -6,9 +6,11 @@ none measure the same figures, take the same decisions and draw the same figures
 can differ from a walk without it in their last digits. `benchmarks/speedups.py` prints the seconds each
 part saves; `triage run --no-speedups` turns them all off.
 
-- fork (walk/forked.py): a differential's candidates two at a time, in the walk's process and a forked
-  copy of it, each on one torch thread. Only where a fork is safe and pays: Linux, a CPU run, one rank,
-  two cores or more, training state under 256 MiB.
+- fork (walk/forked.py, experiments/alongside.py): a differential's candidates two at a time, in the walk's
+  process and a forked copy of it, each on one torch thread; and a fix that goes on past the run it is paired
+  with has the run replayed as long in a forked copy while it trains (where this process runs one thread).
+  Only where a fork is safe and pays (triage/forks.py): Linux, a CPU run, one rank, two cores or more,
+  training state under 256 MiB.
 - draw_ahead (report/ahead.py): a second process draws the report's figures while the walk runs, into
   the figure cache, so the page at the end draws next to nothing.
 - figure_cache (report/figure_cache.py, report/carried.py): a figure drawn before, kept by a hash of what

@@ -10,9 +10,9 @@ import torch
 import triage
 from tests.walk.test_speedups import measured
 from triage.cli.zoo import example_path, load_example
-from triage.walk import forked
+from triage import forks
 
-pytestmark = pytest.mark.skipif(not forked.can_fork(torch.device("cpu"), 1),
+pytestmark = pytest.mark.skipif(not forks.can_fork(torch.device("cpu"), 1),
                                 reason="forking a copy needs Linux and two cores")
 
 
@@ -30,14 +30,14 @@ def test_a_copy_that_dies_leaves_its_candidate_to_the_walk(dead_relu, tmp_path, 
     def dies(run_one, inbox, outbox):
         raise RuntimeError("the copy dies before it answers")
 
-    monkeypatch.setattr(forked, "_serve", dies)
+    monkeypatch.setattr(forks, "_serve", dies)
     parallel, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=tmp_path, speedups=triage.Speedups(draw_ahead=False))
     assert measured(parallel) == measured(serial)
 
 
 def test_a_copy_that_dies_mid_candidate_is_noticed():
     """Its answer never comes: receive() says so instead of waiting for ever."""
-    copy = forked.Forked(lambda run_id, new: forked.os._exit(3))
+    copy = forks.Forked(lambda run_id, new: forks.os._exit(3))
     copy.send("c", {})
     assert copy.ready(timeout=60)
     with pytest.raises(EOFError, match="'c'"):
@@ -48,8 +48,8 @@ def test_a_copy_that_dies_mid_candidate_is_noticed():
 def test_a_copy_that_waits_using_no_cpu_is_stuck_and_one_that_computes_is_not(monkeypatch):
     """Stuck is a copy that owes an answer and uses no CPU (a lock held across the fork), never a slow one:
     however long a candidate takes, the copy measuring it is left to finish."""
-    monkeypatch.setattr(forked, "STUCK_S", 2.0)
-    idle = forked.Forked(lambda run_id, new: time.sleep(120))
+    monkeypatch.setattr(forks, "STUCK_S", 2.0)
+    idle = forks.Forked(lambda run_id, new: time.sleep(120))
     idle.send("c", {})
     waited = time.monotonic()
     while not idle.stuck():
@@ -61,7 +61,7 @@ def test_a_copy_that_waits_using_no_cpu_is_stuck_and_one_that_computes_is_not(mo
         while True:
             sum(range(10_000))
 
-    busy = forked.Forked(spins)
+    busy = forks.Forked(spins)
     busy.send("c", {})
     started = time.monotonic()
     while time.monotonic() - started < 6:
@@ -77,7 +77,7 @@ def test_no_fork_leaves_every_candidate_to_the_walk(dead_relu, tmp_path, monkeyp
     def refused():
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
-    monkeypatch.setattr(forked.os, "fork", refused)
+    monkeypatch.setattr(forks.os, "fork", refused)
     threads = torch.get_num_threads()
     parallel, _ = triage.run(f"{example_path('dead_relu')}:setup", checkpoint, out=tmp_path, speedups=triage.Speedups(draw_ahead=False))
     assert measured(parallel) == measured(serial) and torch.get_num_threads() == threads
@@ -86,7 +86,7 @@ def test_no_fork_leaves_every_candidate_to_the_walk(dead_relu, tmp_path, monkeyp
 def test_a_large_training_state_is_measured_one_candidate_at_a_time():
     """Issue 26, memory at scale: the forked copy trains its own copy of the state, so past 256 MiB of it the
     candidates run one by one (a 40M-parameter AdamW run: ~640 MB of weights, gradients and moments)."""
-    from triage.walk.forked import (
+    from triage.forks import (
         MAX_FORKED_STATE_BYTES,
         can_fork,
         training_state_bytes,

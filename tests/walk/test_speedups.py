@@ -10,7 +10,7 @@ import triage
 from tests.report.test_report_render import inline_svgs
 from triage.cli.zoo import example_path, load_example
 from triage.report.ahead import Ahead
-from triage.walk import forked
+from triage import forks
 
 
 def measured(report):
@@ -19,13 +19,13 @@ def measured(report):
             [d.model_dump() for d in report.decisions])
 
 
-@pytest.mark.skipif(not forked.can_fork(torch.device("cpu"), 1), reason="the forked copy needs Linux and two cores")
+@pytest.mark.skipif(not forks.can_fork(torch.device("cpu"), 1), reason="the forked copy needs Linux and two cores")
 def test_every_speedup_on_gives_the_report_of_none(tmp_path, monkeypatch):
     checkpoint = load_example("dead_relu").write_checkpoint(tmp_path / "c.pt")
     entry = f"{example_path('dead_relu')}:setup"
     sent = []
-    send = forked.Forked.send
-    monkeypatch.setattr(forked.Forked, "send", lambda self, run_id, new: (sent.append(run_id), send(self, run_id, new)))
+    send = forks.Forked.send
+    monkeypatch.setattr(forks.Forked, "send", lambda self, run_id, new: (sent.append(run_id), send(self, run_id, new)))
 
     monkeypatch.setenv("TRIAGE_CACHE", str(tmp_path / "cache_off"))
     plain, plain_files = triage.run(entry, checkpoint, out=tmp_path / "off", speedups=triage.Speedups.none())

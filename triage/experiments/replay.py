@@ -6,6 +6,7 @@ Every intervention of the checklist that is "the same steps, but ..." is a param
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
@@ -15,6 +16,7 @@ import torch
 from pydantic import Field, model_validator
 
 from triage.contract import Precision
+from triage.experiments.alongside import Alongside, ready_alongside
 from triage.experiments.base import Context, Experiment, NotApplicable, Params
 from triage.experiments.inits import InitKind, apply_init
 from triage.experiments.dead_units import find_dead_units, revive
@@ -165,6 +167,17 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None, race: bool = False,
     it may stop once it can no longer work; `beat`: once it can no longer end under that bar (judge/race.py)."""
     session = ctx.session
     loss_levels(session)  # measured (once) at the checkpoint's weights, before this replay moves them
+    alongside = _reference_alongside(ctx, p)  # forked now, while nothing is applied yet
+    try:
+        return _measured(ctx, p, loss_fn, race, beat, alongside)
+    finally:
+        if alongside is not None:
+            alongside.close()
+
+
+def _measured(ctx: Context, p: ReplayParams, loss_fn, race: bool, beat: Optional[Bar],
+              alongside: Optional[Alongside]) -> ReplayOutcome:
+    session = ctx.session
     setup = session.setup if p.init == "checkpoint" else session.fresh_setup()
     if loss_fn is not None:
         setup = setup.model_copy(update={"loss_fn": loss_fn})
@@ -183,7 +196,7 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None, race: bool = False,
         peak_ratio = undo.enter_context(held_at_peak(setup.optimizer, ctx.outcomes.get(p.hold_peak_of))) \
             if p.hold_peak_of else None
         own = _own_loop(setup, p, other_loss=loss_fn is not None)
-        trace, clip, skip = _run(ctx, p, setup, peak_ratio, lambda t: _worth_extending(t, ctx, p), own,
+        trace, clip, skip = _run(ctx, p, setup, peak_ratio, lambda t: _worth_extending(t, ctx, p, alongside), own,
                                  _contention(ctx, p, beat, race) if race or beat is not None else None)
     if trace.unknown_optimizers:  # not a controlled experiment: that optimizer's state is never restored
         raise NotApplicable(trace.unknown_optimizers + ".")
@@ -194,25 +207,25 @@ def measure(ctx: Context, p: ReplayParams, *, loss_fn=None, race: bool = False,
     # A restart's fresh model, its moments and its start weights, freed before a longer reference replay
     # (below) builds a model of its own: held, two restarts' state would be alive at once.
     del setup, trace
-    return _over_the_same_steps(ctx, p, outcome)
+    return _over_the_same_steps(ctx, p, outcome, alongside)
 
 
-def _over_the_same_steps(ctx: Context, p: ReplayParams, outcome: "ReplayOutcome") -> "ReplayOutcome":
+def _over_the_same_steps(ctx: Context, p: ReplayParams, outcome: "ReplayOutcome",
+                         alongside: Optional[Alongside] = None) -> "ReplayOutcome":
     """A fix that went on past the length of the run it is paired with (`extend_to`) is verified against
     that run replayed as long, once per reference and length: an end at step 120 set against the
     reference's end at step 40 credits the fix with 80 steps of training the reference never had (a run
-    still warming up gains most of all)."""
-    reference = ctx.outcomes.get(p.against) if p.against else None
-    reference_params = ctx.params.get(p.against) if p.against else None
-    if (reference is None or not isinstance(reference_params, ReplayParams) or not reference.finite
-            or outcome.steps_run <= reference.steps_run):
+    still warming up gains most of all). Replayed alongside the fix where a copy of this process did it."""
+    reference = _longer_reference(ctx, p)
+    if reference is None or outcome.steps_run <= reference[0].steps_run:
         return outcome
+    key = _reference_key(p, outcome.steps_run)
 
     def longer() -> ReplayOutcome:
-        ctx.restart()
-        return measure(ctx, reference_params.model_copy(update={"steps": outcome.steps_run, "extend_to": 0}))
+        found = alongside.result() if alongside is not None and alongside.key == key else None
+        return found if found is not None else _replayed_as_long(ctx, reference[1], outcome.steps_run)
 
-    extended = ctx.session.memoised(f"replay {p.against} over {outcome.steps_run} steps", longer)
+    extended = ctx.session.memoised(key, longer)
     return outcome.model_copy(update=paired_with(reference=extended, against=p.against, levels=loss_levels(ctx.session),
                                                  val_end=outcome.val_final))
 
@@ -261,12 +274,46 @@ def _contention(ctx: Context, p: ReplayParams, beat: Optional[Bar], work: bool):
                                             learned_nothing=level if kind != "start" else None)
 
 
-def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams) -> bool:
-    """After `steps`: whether the judge gives this fix, not verified yet, more steps (judge/extension.py)."""
+def _longer_reference(ctx: Context, p: ReplayParams) -> Optional[tuple["ReplayOutcome", ReplayParams]]:
+    """The replay this one is paired with, and its parameters, where a longer one of it can be measured."""
+    reference = ctx.outcomes.get(p.against) if p.against else None
+    reference_params = ctx.params.get(p.against) if p.against else None
+    if reference is None or not isinstance(reference_params, ReplayParams) or not reference.finite:
+        return None
+    return reference, reference_params
+
+
+def _reference_key(p: ReplayParams, steps: int) -> str:
+    return f"replay {p.against} over {steps} steps"
+
+
+def _replayed_as_long(ctx: Context, reference_params: ReplayParams, steps: int) -> ReplayOutcome:
+    ctx.restart()
+    return measure(ctx, reference_params.model_copy(update={"steps": steps, "extend_to": 0}))
+
+
+def _reference_alongside(ctx: Context, p: ReplayParams) -> Optional[Alongside]:
+    """Where this replay may go on past its reference (`extend_to`), a copy of this process, forked before the
+    replay changes anything, ready to replay the reference as long the moment it does (experiments/alongside.py).
+    The copy shows no progress: the replay in this process does."""
+    reference = _longer_reference(ctx, p)
+    if reference is None or p.extend_to <= max(p.steps, reference[0].steps_run):
+        return None
+    quiet = dataclasses.replace(ctx, progress=lambda done, total: None)
+    return ready_alongside(ctx.session, _reference_key(p, p.extend_to),
+                           lambda: _replayed_as_long(quiet, reference[1], p.extend_to))
+
+
+def _worth_extending(trace: "_Trace", ctx: Context, p: ReplayParams, alongside: Optional[Alongside] = None) -> bool:
+    """After `steps`: whether the judge gives this fix, not verified yet, more steps (judge/extension.py). Where it
+    does, the reference's replay as long starts alongside."""
     reference = ctx.outcomes.get(p.against) if p.against else None
     if reference is None or p.extend_to <= p.steps or trace.first_bad is not None:
         return False
-    return _extendable(*start_end(trace.losses), reference, ctx, p)
+    worth = _extendable(*start_end(trace.losses), reference, ctx, p)
+    if worth and alongside is not None:
+        alongside.start()
+    return worth
 
 
 def _extendable(start: Optional[float], end: Optional[float], reference, ctx: Context, p: ReplayParams) -> bool:

@@ -18,7 +18,8 @@ from triage.outcomes.replay import ReplayOutcome
 from triage.load.ranks import current as current_ranks
 from triage.load.session import Session
 from triage.records import ExperimentRun
-from triage.walk.forked import Candidates, OneByOne, TwoAtOnce, can_fork, training_state_bytes
+from triage.forks import can_fork, training_state_bytes
+from triage.walk.forked import Candidates, OneByOne, TwoAtOnce
 from triage.walk.listener import Listener
 from triage.walk.playbook import Playbook
 from triage.walk.reads import raceable
