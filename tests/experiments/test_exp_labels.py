@@ -136,3 +136,35 @@ def test_regression_targets_shuffled_apart_from_their_inputs_correlate_with_no_n
     shuffled = run(LABEL_CHECK, session_of(regressor(y[torch.randperm(512, generator=g)])))
     assert not true.is_classification and true.knn_target_correlation > 0.5
     assert abs(shuffled.knn_target_correlation) < 0.1
+
+
+# --- sequence targets: a translation's token ids beside its source's (issue 33, classes 3 and 5) ------------
+
+def translation_batches(shuffled: bool, n_batches=6, size=32, words=40, seed=0):
+    """Sources of 2-5 words, each target the source translated word by word (ids 50+), EOS 1, padding 0 in
+    the sources and -100 in the targets; `shuffled`: each batch's targets paired with other sources."""
+    g = torch.Generator().manual_seed(seed)
+    dictionary = torch.randperm(words, generator=torch.Generator().manual_seed(9)) + 50
+    out = []
+    for _ in range(n_batches):
+        src = torch.zeros(size, 6, dtype=torch.long)
+        tgt = torch.full((size, 6), -100)
+        for i in range(size):
+            n = int(torch.randint(2, 6, (1,), generator=g))
+            words_i = torch.randint(0, words, (n,), generator=g)
+            src[i, :n], src[i, n] = words_i + 2, 1
+            tgt[i, :n], tgt[i, n] = dictionary[words_i], 1
+        if shuffled:
+            tgt = tgt[torch.randperm(size, generator=g)]
+        out.append({"input_ids": src, "labels": tgt})
+    return out
+
+
+def test_a_translations_targets_resemble_their_neighbours_and_shuffled_ones_do_not():
+    from triage.experiments.sequence_targets import target_lift
+
+    paired, used = target_lift(translation_batches(False), "['labels']", 100, -100, 1024, 2000)
+    shuffled, _ = target_lift(translation_batches(True), "['labels']", 100, -100, 1024, 2000)
+    assert used >= 150 and paired > 0.3 and abs(shuffled) < 0.1
+    # labels of one class per example, or tokens beside no integer input: not a sequence target
+    assert target_lift(digits(2), "[1]", 10, -100, 1024, 2000) == (None, 0)

@@ -228,3 +228,8 @@ def test_shifted_twice_is_an_output_trained_on_a_token_past_the_next(ahead, shif
 @pytest.mark.parametrize("share, kept_up", [(0.45, True), (named.KEPT_UP, True), (0.1, False), (None, None)])
 def test_run_kept_up_is_a_third_of_the_fixs_fall_made_by_the_run_itself(share, kept_up):
     assert decide("run_kept_up(n)", {("n", "run_share"): share}) is kept_up
+
+
+@pytest.mark.parametrize("lift, at_chance", [(0.02, True), (-0.05, True), (0.6, False), (None, None)])
+def test_sequence_targets_at_chance_reads_the_lift_over_chance_of_a_neighbours_target(lift, at_chance):
+    assert decide("sequence_targets_at_chance(n)", {("n", "target_lift"): lift}) is at_chance

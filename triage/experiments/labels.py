@@ -14,6 +14,7 @@ from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.fingerprint import graph_membership
 from triage.experiments.label_shift import measure_shift
 from triage.experiments.levels import regression_target
+from triage.experiments.sequence_targets import target_lift
 from triage.batches import named_tensors
 from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, loss_reads, model_output
 from triage.outcomes.labels import NEIGHBOURS, LabelCheckOutcome
@@ -54,8 +55,9 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     name = target or _name_of(batches[0], targets[0])
     shift = measure_shift(session.setup, batches[0], name, session.device, p.ignore_index)
     ctx.restart()  # the loss's forward, as the probe's above
+    lift, compared = target_lift(batches, name, k, p.ignore_index, p.max_vocabulary, p.knn_examples)
     return LabelCheckOutcome(
-        **shift.model_dump(),
+        **shift.model_dump(), target_lift=lift, target_lift_examples=compared,
         is_classification=True, num_classes=k, target=name,
         target_ambiguous=len(read) > 1,
         label_min=int(labels.min()), label_max=int(labels.max()), labels_seen=int(labels.numel()),

@@ -273,6 +273,12 @@ NAMED: dict[str, NamedRule] = {
         ("labels",), "$labels.predicts_ahead > 1",
         "a sequence model's labels, moved from its input tokens by the data and again by its loss, train each "
         "output on a token more than 1 place ahead"),
+    # A sequence model's targets (token ids of a translation, a summary): an example's target resembles its
+    # input-space neighbour's within a tenth of chance, on the scale from chance to identical.
+    "sequence_targets_at_chance": NamedRule(
+        ("labels",), f"$labels.target_lift < {KNN_OVER_CHANCE}",
+        "a sequence model's targets resemble the targets of their nearest neighbours in input space no more "
+        "than a random example's (within a tenth of the way from chance to identical)"),
     "targets_carry_nothing": NamedRule(
         ("labels",), f"not $labels.is_classification and $labels.knn_target_correlation < {KNN_TARGET_CORRELATION}",
         "a regressor's targets correlate under 0.1 with those of their nearest neighbours in input space"),

@@ -81,6 +81,14 @@ class LabelCheckOutcome(LabelShift):
                                    "say): the largest was taken for the labels, and range checks on it are not proof "
                                    "of a label bug.",
         json_schema_extra={"words": "target ambiguous"})
+    target_lift: Optional[float] = Field(
+        default=None, description="Sequence targets (a translation's token ids beside its source's): how much more "
+                                  "an example's target resembles the target of its nearest neighbour in input "
+                                  "space than a random other example's, (nearest - chance) / (1 - chance), as "
+                                  "bags of tokens weighted by rarity; ~0 when targets were paired with other "
+                                  "examples' inputs.",
+        json_schema_extra={"words": "target likeness to the nearest input's target, over chance"})
+    target_lift_examples: int = Field(default=0, json_schema_extra={"words": "sequence examples compared"})
     knn_target_correlation: Optional[float] = Field(
         default=None, description="Regression: correlation of each example's target with the mean target of its "
                                   f"{NEIGHBOURS} nearest neighbours in input space: ~0 when the targets are "
