@@ -14,7 +14,7 @@ from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.fingerprint import graph_membership
 from triage.experiments.label_shift import measure_shift
 from triage.experiments.levels import regression_target
-from triage.experiments.sequence_targets import target_lift
+from triage.experiments.sequence_targets import distinct_inputs, target_lift
 from triage.batches import named_tensors
 from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, loss_reads, model_output
 from triage.outcomes.labels import NEIGHBOURS, LabelCheckOutcome
@@ -124,7 +124,7 @@ def _knn_agreement(batches: list, p: LabelCheckParams) -> tuple[Optional[float],
             break
     if not ys:
         return None, 0
-    x, y = _distinct(torch.cat(xs), torch.cat(ys))
+    x, y = distinct_inputs(torch.cat(xs), torch.cat(ys))
     x, y = x[:p.knn_examples], y[:p.knn_examples]
     if len(y) < 2:
         return None, 0
@@ -133,16 +133,6 @@ def _knn_agreement(batches: list, p: LabelCheckParams) -> tuple[Optional[float],
     distances.fill_diagonal_(float("inf"))
     neighbour = distances.argmin(dim=1)
     return float((y[neighbour] == y).double().mean()), len(y)
-
-
-def _distinct(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each distinct input once (its first label): a snapshot that spans epochs holds every example several
-    times, and an example's own copy would be its nearest neighbour, agreeing whatever its label."""
-    _, inverse = torch.unique(x, dim=0, return_inverse=True)
-    first = torch.full((int(inverse.max()) + 1,), len(inverse), dtype=torch.long).scatter_reduce(
-        0, inverse, torch.arange(len(inverse)), reduce="amin")
-    first = first.sort().values
-    return x[first], y[first]
 
 
 def _pooled_per_graph(batch: Any, x: torch.Tensor, graphs: int) -> Optional[torch.Tensor]:

@@ -38,7 +38,7 @@ def target_lift(batches: list[Any], target: Optional[str], classes: int, ignore_
             break
     if not sources:
         return None, 0
-    x, y = _distinct_inputs(torch.cat(sources)[:max_examples], torch.cat(targets)[:max_examples])
+    x, y = distinct_inputs(torch.cat(sources)[:max_examples], torch.cat(targets)[:max_examples])
     if len(x) < MIN_EXAMPLES:
         return None, len(x)
     y = y * torch.log(len(y) / (1 + (y > 0).sum(0).double()))[None, :].clamp_min(0)  # tf-idf
@@ -75,9 +75,9 @@ def _bags(tokens: torch.Tensor, vocabulary: int, ignore_index: Optional[int] = N
     return counts.scatter_add_(1, tokens.clamp(0, vocabulary - 1), kept.double())
 
 
-def _distinct_inputs(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each distinct input once (its first target): a snapshot spanning epochs repeats examples, and an
-    example's own copy would be its nearest neighbour."""
+def distinct_inputs(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each distinct input once (its first label or target): a snapshot that spans epochs holds every example
+    several times, and an example's own copy would be its nearest neighbour, alike whatever its label."""
     _, inverse = torch.unique(x, dim=0, return_inverse=True)
     first = torch.full((int(inverse.max()) + 1,), len(inverse), dtype=torch.long).scatter_reduce(
         0, inverse, torch.arange(len(inverse)), reduce="amin")
