@@ -406,8 +406,8 @@ def _realigned(ctx: Context, node: str, batches: list) -> list:
 VAL_BATCHES = 8
 
 
-def _steps(ctx: Context, p: ReplayParams, setup, batches, val_batches, trace: "_Trace", keep_going, schedule: RunSchedule,
-           lr_scale: float, contention, own: Optional[OwnStep], reference, scaler_free: bool,
+def _steps(ctx: Context, p: ReplayParams, setup, batches, val_batches, trace: "_Trace", keep_going,
+           schedule: RunSchedule, lr_scale: float, contention, own: Optional[OwnStep], reference, scaler_free: bool,
            watched: Any = None) -> None:
     """The replay's steps, one batch each, until `p.steps` (or `extend_to`) steps, the first non-finite loss,
     the budget, or, raced (`contention`), the step at which it can no longer change the verdict. Each is the

@@ -26,7 +26,8 @@ def paired_with(*, reference: Optional[Outcome], against: Optional[str], levels:
     if against is None or reference is None:
         return {}
     return dict(against=against, reference_end=_end(reference), reference_steps=getattr(reference, "steps_run", None),
-                reference_ratio=getattr(reference, "loss_ratio", None), reference_val=getattr(reference, "val_final", None), fix_val=val_end, levels=levels)
+                reference_ratio=getattr(reference, "loss_ratio", None),
+                reference_val=getattr(reference, "val_final", None), fix_val=val_end, levels=levels)
 
 
 def judged(outcome: ReplayOutcome, *, margin: float = DEFAULT_MARGIN,
