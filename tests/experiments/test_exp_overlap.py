@@ -51,6 +51,20 @@ def test_copies_that_score_like_the_rest_do_not_show_the_overlap_flatters_anythi
     assert _judged("duplicates_flatter(n)", out) is False and _judged("duplicates_score_alike(n)", out) is True
 
 
+def test_a_loss_written_for_whole_batches_leaves_the_copies_counted_but_not_scored_apart():
+    train = digits(2, shuffle_labels=True)
+
+    def whole_batches_only(model, batch):
+        assert len(batch[0]) == 128, "this loss takes whole batches"
+        return torch.nn.functional.cross_entropy(model(batch[0]), batch[1])
+    out = _outcome_with(train, _half_copied(train), loss_fn=whole_batches_only)
+    assert out.duplicates == 64 and out.duplicate_loss is None and out.other_loss is None
+
+
+def _outcome_with(train, val, **kwargs):
+    return run(OVERLAP_CHECK, session_of(lambda: classifier_setup(batches=train, val_batches=val, **kwargs)))
+
+
 def test_copies_that_differ_below_the_rounding_still_count():
     train = digits(4)
     val = [(train[0][0] + 1e-9, train[0][1])]

@@ -50,24 +50,30 @@ def measure(ctx: Context, p: OverlapParams) -> OverlapOutcome:
 def _scored_apart(ctx: Context, copied: list[torch.Tensor]) -> tuple[Optional[float], Optional[float]]:
     """The run's loss at the checkpoint on the validation examples that are training examples, and on the
     rest, each averaged over examples (the batches cut to each group; eval mode, as validation runs). None
-    where a batch's examples cannot be selected apart."""
-    session = ctx.session
-    setup, sums, counts = session.setup, [0.0, 0.0], [0, 0]
+    where a batch's examples cannot be selected apart, or the loss cannot take part of a batch."""
+    setup = ctx.session.setup
     was_training = setup.model.training
     setup.model.eval()
     try:
-        for batch, flags in zip(session.val_batches, copied):
-            for group, keep in enumerate((flags, ~flags)):
-                if not keep.any():
-                    continue
-                part = examples_where(batch, keep)
-                if part is None:
-                    return None, None
-                with autocast(setup.precision, session.device):
-                    sums[group] += loss_value(setup.loss_fn(setup.model, part)) * int(keep.sum())
-                counts[group] += int(keep.sum())
+        return _group_means(ctx.session, copied)
+    except Exception:  # noqa: BLE001 - a loss_fn written for one batch size, say: not scored apart
+        return None, None
     finally:
         setup.model.train(was_training)
+
+
+def _group_means(session, copied: list[torch.Tensor]) -> tuple[Optional[float], Optional[float]]:
+    setup, sums, counts = session.setup, [0.0, 0.0], [0, 0]
+    for batch, flags in zip(session.val_batches, copied):
+        for group, keep in enumerate((flags, ~flags)):
+            if not keep.any():
+                continue
+            part = examples_where(batch, keep)
+            if part is None:
+                return None, None
+            with autocast(setup.precision, session.device):
+                sums[group] += loss_value(setup.loss_fn(setup.model, part)) * int(keep.sum())
+            counts[group] += int(keep.sum())
     return sums[0] / counts[0], sums[1] / counts[1]
 
 
