@@ -225,9 +225,16 @@ def test_shifted_twice_is_an_output_trained_on_a_token_past_the_next(ahead, shif
     assert decide("shifted_twice(n)", {("n", "predicts_ahead"): ahead}) is shifted
 
 
-@pytest.mark.parametrize("share, kept_up", [(0.45, True), (named.KEPT_UP, True), (0.1, False), (None, None)])
-def test_run_kept_up_is_a_third_of_the_fixs_fall_made_by_the_run_itself(share, kept_up):
-    assert decide("run_kept_up(n)", {("n", "run_share"): share}) is kept_up
+@pytest.mark.parametrize("speedup, factor, kept_up", [
+    (2.8, 10.0, True),  # a healthy wide-and-deep run: 113 steps to the loss x10 reached in 40
+    (1.26, 10.0, True),  # a healthy siamese run: 151 steps to x10's loss at 120
+    (9.0, 10.0, False),  # about in proportion to the LR: held back by it
+    (None, 100.0, None),  # never reached the x100 loss within the long window: not shown to keep up
+])
+def test_run_kept_up_reached_the_higher_lrs_loss_in_under_a_third_of_its_factor_times_the_steps(speedup, factor,
+                                                                                                 kept_up):
+    figures = {("n", "search_speedup"): speedup, ("s", "lr_factor"): factor}
+    assert decide("run_kept_up(n, s)", figures) is kept_up
 
 
 @pytest.mark.parametrize("lift, at_chance", [(0.02, True), (-0.05, True), (0.6, False), (None, None)])

@@ -11,7 +11,6 @@ from tests.tiny import blobs, context, judged_by_walk, mlp_setup
 from triage.experiments.levels import loss_levels
 from triage.experiments.replay import REPLAY, ReplayParams
 from triage.experiments.verify import judged, paired_with
-from triage.judge.fix import run_share
 from triage.experiments.levels import LossLevels
 from types import SimpleNamespace
 
@@ -168,11 +167,3 @@ def test_a_converged_runs_noise_is_not_a_fix():
                         levels=levels)
     assert real["better"] and real["fix_works"]
 
-
-def test_the_runs_share_of_a_fixs_fall_is_read_in_log_loss_from_the_runs_start():
-    # A run that fell 0.30 -> 0.20 by itself, a fix that reached 0.12 from the same start (siamese, x10 LR).
-    share = run_share(0.12 / 0.20, 0.20 / 0.30)
-    assert share == pytest.approx(math.log(0.2 / 0.3) / math.log(0.12 / 0.3))
-    assert 0.4 < share < 0.5
-    assert run_share(0.5, 0.99) < 0.02  # a stuck run: the fix's fall is nearly all the fix's
-    assert run_share(0.5, 1.2) is None and run_share(None, 0.9) is None  # the run rose; not paired

@@ -227,7 +227,20 @@ def _over_the_same_steps(ctx: Context, p: ReplayParams, outcome: "ReplayOutcome"
 
     extended = ctx.session.memoised(key, longer)
     return outcome.model_copy(update=paired_with(reference=extended, against=p.against, levels=loss_levels(ctx.session),
-                                                 val_end=outcome.val_final))
+                                                 val_end=outcome.val_final)
+                              | {"search_speedup": _search_speedup(ctx, p, extended)})
+
+
+def _search_speedup(ctx: Context, p: ReplayParams, reference: "ReplayOutcome") -> Optional[float]:
+    """Trained at the LR a search chose (`lr_factor_of`): the step at which the run, replayed as long as this
+    replay (`reference`), first reaches the loss the search's trial ended at (its running median, as a rise is
+    read), over the trial's steps; None where it never does, or no search is read."""
+    search = ctx.outcomes.get(p.lr_factor_of) if p.lr_factor_of else None
+    if search is None or not search.finite or search.loss_end is None or not search.steps_run:
+        return None
+    smoothed = _running_median(reference.losses)
+    reached = next((step for step, loss in enumerate(smoothed, 1) if loss <= search.loss_end), None)
+    return reached / search.steps_run if reached is not None else None
 
 
 def _own_loop(setup, p: ReplayParams, other_loss: bool) -> tuple[bool, Optional[str]]:
@@ -634,6 +647,11 @@ def _log_trend(losses: list[float]) -> tuple[Optional[float], Optional[float]]:
 
 
 
+def _running_median(losses: list[float]) -> list[float]:
+    """The median of each loss and the RISE_WINDOW - 1 before it: one hard minibatch moves it not at all."""
+    return [float(np.median(losses[max(0, t - RISE_WINDOW + 1):t + 1])) for t in range(len(losses))]
+
+
 def _max_rise(losses: list[float], scale: Optional[float]) -> Optional[float]:
     """max_t (m_t - min_{s<t} m_s) / scale, on m = the running median of the last 5 losses.
 
@@ -643,7 +661,7 @@ def _max_rise(losses: list[float], scale: Optional[float]) -> Optional[float]:
     """
     if len(losses) < 2 or not scale or scale <= 0:
         return None
-    smooth = [float(np.median(losses[max(0, t - RISE_WINDOW + 1):t + 1])) for t in range(len(losses))]
+    smooth = _running_median(losses)
     best, rise = smooth[0], 0.0
     for x in smooth[1:]:
         rise = max(rise, x - best)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from triage.experiments.base import Outcome
-from triage.judge.fix import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, end_of, judge_fix, run_share
+from triage.judge.fix import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, end_of, judge_fix
 from triage.judge.levels import LossLevels
 from triage.outcomes.replay import ReplayOutcome
 from triage.outcomes.verify import VerifiedFix
@@ -39,8 +39,7 @@ def judged(outcome: ReplayOutcome, *, margin: float = DEFAULT_MARGIN,
     verdict = judge_fix(finite=outcome.finite, loss_start=outcome.loss_start, loss_end=outcome.loss_end,
                         reference_end=outcome.reference_end, levels=outcome.levels, margin=margin,
                         level_margin=level_margin, fix_val=outcome.fix_val, reference_val=outcome.reference_val)
-    return verdict.model_dump(exclude={"reference_end"}) | {
-        "run_share": run_share(verdict.improvement, outcome.reference_ratio)}
+    return verdict.model_dump(exclude={"reference_end"})
 
 
 def _end(reference: Outcome) -> float:

@@ -72,16 +72,6 @@ def judge_fix(*, finite: bool, loss_start: Optional[float], loss_end: Optional[f
                       fix_works=bool(ended and better and sane and generalises is not False))
 
 
-def run_share(improvement: Optional[float], reference_ratio: Optional[float]) -> Optional[float]:
-    """Of the fall of the log loss a fix made from its reference's start (its end over the reference's end,
-    `improvement`, times the reference's own end / start), the share the reference made by itself: how much
-    of the way the run went without the fix. None where the reference or the fix did not fall."""
-    if not improvement or not reference_ratio or not 0 < reference_ratio < 1:
-        return None
-    fix_fall = math.log(improvement * reference_ratio)
-    return math.log(reference_ratio) / fix_fall if fix_fall < 0 else None
-
-
 def highest_working_end(*, reference_end: float, levels: LossLevels, margin: float = DEFAULT_MARGIN,
                         level_margin: float = DEFAULT_LEVEL_MARGIN) -> Optional[float]:
     """The highest end window at which a counterfactual against `reference_end` could still work, as

@@ -48,9 +48,9 @@ VANISHING = 0.01
 # fresh init's at the checkpoint.
 SHRANK_OVER_REPLAY = 0.8
 SHRANK_SINCE_INIT = 0.5
-# A run held back by its LR learns at about LR/k the pace of one k times faster, while its loss is far from
-# its end: a fix at x10 leaves it a tenth of the fall, or less. A run that, replayed as long as the fix, fell a
-# third of the fix's way or more by itself is slower, not stuck: more LR pays less than in proportion there.
+# A run held back by its LR learns at about 1/k the pace of the same run at k times the LR: it takes about k
+# times the steps to reach the loss the faster one reached. One that, replayed long enough, reaches it in
+# under a third of that (a 10x LR 2.8x faster) is slower, not stuck: more LR pays far less than in proportion.
 KEPT_UP = 0.33
 MEMORISES = 0.5  # a replay on 2 examples halves its loss: the model can learn what it is given
 # An optimizer built on the wrong parameters: over half of those it holds get no gradient (a frozen head or
@@ -154,9 +154,9 @@ NAMED: dict[str, NamedRule] = {
         f"{CONVERGED})",
         "the replay's loss dropped under 10%, not yet converged"),
     "run_kept_up": NamedRule(
-        ("replay",), f"$replay.run_share >= {KEPT_UP}",
-        "the run, replayed as long as the fix, fell a third of the fix's way (in log loss) or more by itself: "
-        "slower than the fix, not stuck"),
+        ("replay", "search"), f"$replay.search_speedup < {KEPT_UP} * $search.lr_factor",
+        "the run, replayed long enough, reached the loss the search's higher LR reached in under a third of the "
+        "LR's factor times the steps: slower than at the higher LR, not held back by its LR"),
     "learned_nothing": NamedRule(
         ("replay",), f"$replay.level_ratio > {NOTHING_LEARNED}",
         "the replay ended at 90% or more of the loss of learning nothing (a constant prediction)"),

@@ -34,6 +34,11 @@ class ReplayOutcome(VerifiedFix):
         default=0, description="Times triage stepped the run's scheduler (per step, per epoch, or on the loss for "
                                "ReduceLROnPlateau).",
         json_schema_extra={"words": "scheduler steps"})
+    search_speedup: Optional[float] = Field(
+        default=None, description="Trained at the LR a search chose (lr_factor_of): how many times fewer steps the "
+                                  "search's trial took than the run, replayed over these steps, to reach the trial's "
+                                  "end loss (the run's running median of 5); None where the run never reached it.",
+        json_schema_extra={"words": "steps the run took over the search trial's, to the same loss", "unit": "×"})
     losses: list[float] = Field(description="Training loss per step.", json_schema_extra={"words": "loss per step"})
     grad_norms: list[float] = Field(
         description="Global gradient norm per step, before clipping.",

@@ -31,11 +31,6 @@ class VerifiedFix(Outcome):
     reference_ratio: Optional[float] = Field(
         default=None, description="The reference's own loss end / start over the steps compared.",
         json_schema_extra={"words": "the run's own loss end / start", "unit": "×"})
-    run_share: Optional[float] = Field(
-        default=None, description="Of the fall of the log loss the fix made from the reference's start, the share "
-                                  "the reference made on its own over the same steps (None where either did not "
-                                  "fall): near 0 for a stuck run, near 1 for one the fix barely speeds up.",
-        json_schema_extra={"words": "the run's share of the fix's fall", "unit": "%"})
     improvement: Optional[float] = Field(
         default=None, description="loss_end / reference_end: lower is better; 0 when the reference blew up.",
         json_schema_extra={"words": "end loss vs the run as it was", "unit": "×"})
