@@ -194,8 +194,8 @@ NAMED: dict[str, NamedRule] = {
     "duplicates_score_alike": NamedRule(
         ("overlap",), f"$overlap.duplicates < $overlap.val_examples and $overlap.duplicate_loss >= "
                       f"{DEFAULT_MARGIN} * $overlap.other_loss",
-        "the validation examples that are training examples score no clearly better at the checkpoint than the "
-        "rest (0.8x their loss or above)"),
+        "the validation examples that are training examples do not score clearly better at the checkpoint than "
+        "the rest (0.8x their loss or above)"),
     "shifted_windows": NamedRule(
         ("overlap",), f"$overlap.shifted_fraction > {SHIFTED_SHARE}",
         "over half the validation sequences are training sequences moved by 1 to 16 steps (windows of one "
