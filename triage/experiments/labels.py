@@ -14,7 +14,7 @@ from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.fingerprint import graph_membership
 from triage.experiments.label_shift import measure_shift
 from triage.experiments.levels import regression_target
-from triage.experiments.sequence_targets import distinct_inputs, target_lift
+from triage.experiments.sequence_targets import distinct_inputs, target_lift, token_bags
 from triage.batches import named_tensors
 from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, loss_reads, model_output
 from triage.outcomes.labels import NEIGHBOURS, LabelCheckOutcome
@@ -54,7 +54,8 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     knn, used = _knn_agreement(batches, p)
     name = target or _name_of(batches[0], targets[0])
     shift = measure_shift(session.setup, batches[0], name, session.device, p.ignore_index)
-    ctx.restart()  # the loss's forward, as the probe's above
+    if shift.shift_agreements:  # the loss ran a forward, as the probe's above
+        ctx.restart()
     lift, compared = target_lift(batches, name, k, p.ignore_index, p.max_vocabulary, p.knn_examples)
     return LabelCheckOutcome(
         **shift.model_dump(), target_lift=lift, target_lift_examples=compared,
@@ -185,8 +186,7 @@ def _token_counts(tokens: Optional[torch.Tensor], labels: Optional[torch.Tensor]
         return None
     if tokens.numel() == 0 or tokens.min() < 0 or tokens.max() >= max_vocabulary:
         return None
-    counts = torch.zeros(tokens.shape[0], max_vocabulary)
-    return counts.scatter_add_(1, tokens.long().cpu(), torch.ones(tokens.shape, dtype=counts.dtype))
+    return token_bags(tokens, max_vocabulary).float()
 
 
 LABEL_CHECK = Experiment(

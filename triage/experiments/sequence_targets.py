@@ -32,8 +32,8 @@ def target_lift(batches: list[Any], target: Optional[str], classes: int, ignore_
         tokens = _source_tokens(tensors, labels)
         if tokens is None or tokens.min() < 0 or tokens.max() >= max_vocabulary:
             return None, 0
-        sources.append(_bags(tokens.long().cpu(), max_vocabulary))
-        targets.append(_bags(labels.long().cpu(), classes, ignore_index))
+        sources.append(token_bags(tokens, max_vocabulary))
+        targets.append(token_bags(labels, classes, ignore_index))
         if sum(len(s) for s in sources) >= max_examples:
             break
     if not sources:
@@ -66,8 +66,10 @@ def _source_tokens(tensors: dict[str, torch.Tensor], labels: Optional[torch.Tens
     return None
 
 
-def _bags(tokens: torch.Tensor, vocabulary: int, ignore_index: Optional[int] = None) -> torch.Tensor:
-    """(B, vocabulary) counts of each id per row; ids outside [0, vocabulary) (padding labels) left out."""
+def token_bags(tokens: torch.Tensor, vocabulary: int, ignore_index: Optional[int] = None) -> torch.Tensor:
+    """(B, vocabulary) counts of each id per row, on the CPU; ids outside [0, vocabulary) (padding labels) left
+    out."""
+    tokens = tokens.long().cpu()
     kept = (tokens >= 0) & (tokens < vocabulary)
     if ignore_index is not None:
         kept &= tokens != ignore_index
