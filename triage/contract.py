@@ -35,7 +35,14 @@ class Setup(BaseModel):
     manual_lr: Optional[float] = Field(
         default=None, gt=0, description="The LR of a loop with no optimizer object: triage then calls "
                                         "train_step(model, lr, batch) with the LR each replay step uses.")
-    loss_fn: Callable[..., Any] = Field(description="loss_fn(model, batch) -> scalar tensor.")
+    loss_fn: Callable[..., Any] = Field(
+        description="loss_fn(model, batch) -> scalar tensor, or a dict of named scalar terms whose sum is the loss "
+                    "({'task': ..., 'balance': ...}).")
+    auxiliary_terms: tuple[str, ...] = Field(
+        default=(), description="Terms of loss_fn's dict that are not the task's objective: a regulariser written into "
+                                "the loss (an L2 penalty), an auxiliary loss (a load-balancing term). triage trains on "
+                                "every term and judges by the others: it checks that the objective's gradient reaches "
+                                "the weights it depends on, and tries the run without these terms.")
     batches: Any = Field(description="The data snapshot: a list of batches or a DataLoader.")
     val_batches: Optional[Any] = Field(default=None, description="Validation batches, if any.")
     scheduler: Optional[Any] = Field(default=None, description="An LR scheduler with state_dict().")

@@ -134,6 +134,8 @@ class SetupFacts(BaseModel):
                                   "that does not bound it (Adam's coupled L2, other optimizers, no step).")
     has_scheduler: bool
     has_train_step: bool
+    auxiliary_term_count: int = Field(
+        default=0, description="Loss terms Setup.auxiliary_terms names (a regulariser, a load-balancing loss).")
     has_val: bool
     total_steps: Optional[int]
     device_type: str

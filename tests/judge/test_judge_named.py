@@ -240,3 +240,28 @@ def test_run_kept_up_reached_the_higher_lrs_loss_in_under_a_third_of_its_factor_
 @pytest.mark.parametrize("lift, at_chance", [(0.02, True), (-0.05, True), (0.6, False), (None, None)])
 def test_sequence_targets_at_chance_reads_the_lift_over_chance_of_a_neighbours_target(lift, at_chance):
     assert decide("sequence_targets_at_chance(n)", {("n", "target_lift"): lift}) is at_chance
+
+
+@pytest.mark.parametrize("missed, shift, misses", [
+    (0.2, 0.03, True),  # a router the task reads through its argmax, trained by the balance term alone
+    (0.2, 0.0, False),  # a prior the task never reads: trained by its own term, no fault
+    (0.0, None, False),  # the objective reaches every weight
+    (0.2, None, None),  # the shift could not be measured
+])
+def test_objective_misses_weights_it_reads_and_sends_no_gradient(missed, shift, misses):
+    figures = {("f", "objective_missed_fraction"): missed, ("f", "objective_shift"): shift}
+    assert decide("objective_misses(f)", figures) is misses
+
+
+@pytest.mark.parametrize("bf16, fp32, trains", [
+    ((True, 0.01, True), (True, 0.02, True), True),
+    ((False, None, False), (True, 0.5, True), True),  # fp32 alone trains
+    ((True, 0.95, True), (True, 0.97, True), False),  # finite and better than a diverged run, but not learning
+    ((True, 0.5, False), (True, 0.5, False), False),  # learns, no better than the run
+    ((None, None, None), (None, None, None), None),  # neither ran (a run not in fp16)
+])
+def test_precision_trains_is_another_precision_finite_learning_and_better_than_the_run(bf16, fp32, trains):
+    figures = {}
+    for node, (finite, ratio, better) in (("b", bf16), ("f", fp32)):
+        figures.update({(node, "finite"): finite, (node, "loss_ratio"): ratio, (node, "better"): better})
+    assert decide("precision_trains(b, f)", figures) is trains

@@ -404,6 +404,22 @@ def test_raw_units_under_fp16_are_never_called_a_custom_init_or_an_eps(tmp_path)
     assert init["setup_init_is_default"] is True
 
 
+def test_raw_units_under_fp16_are_fp16_overflow_when_another_precision_trains_from_the_checkpoint(tmp_path):
+    """Issue 33, class 7: the run in bf16 or fp32 from the checkpoint stays finite and learns (6400 -> 77 in
+    fp32 over 120 steps), short of a sane level. The smallest change that trains is the cause: not the op the
+    locator names (numerical_instability, medium, before), nor a restart with another init."""
+    torch.manual_seed(0)
+    setup = raw_units_fp16()
+    path = triage.save_checkpoint(tmp_path / "ckpt.pt", setup.model, setup.optimizer, step=0)
+    report, _ = triage.run(raw_units_fp16, path, out=tmp_path / "report")
+    assert (report.root_cause, report.confidence) == ("fp16_overflow", "medium")
+    assert report.path[-2:] == ["precision_first", "fp16_overflow_unsettled"]
+    fp32 = report.experiment("in_fp32").outcome
+    assert fp32["finite"] and fp32["loss_end"] < 0.1 * fp32["loss_start"] and not fp32["sane"]
+    assert f"in fp32 at {fp32['loss_end']:.4g}" in report.fix
+    assert report.experiment("reinit") is None  # a restart is not tried where another precision trains
+
+
 def test_a_long_window_replays_the_lr_factor_the_search_chose():
     """The plateau's long window replays a leading candidate's own setting (here the LR factor an lr_search
     chose) over more steps, against the run replayed as long."""

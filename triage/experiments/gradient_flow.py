@@ -2,7 +2,9 @@
 
 Answers "which parameters should train but cannot": no gradient reaches them (a detached graph),
 requires_grad is off (frozen), or the optimizer does not hold them; and whether gradients vanish
-with depth (early weight matrices' norms against late ones').
+with depth (early weight matrices' norms against late ones'). Where the loss has auxiliary terms
+(Setup.auxiliary_terms), also which parameters only those terms reach, and whether the objective reads
+them all the same (a router whose choice is an argmax, trained by its load-balancing term alone).
 """
 
 from __future__ import annotations
@@ -15,9 +17,15 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.by_design import frozen_by_design, is_peft
-from triage.experiments.training import autocast, loss_value
+from triage.experiments.training import autocast, loss_value, untouched_buffers_and_rng
+from triage.load.loss_terms import scaled_terms, terms_of
 from triage.views import Bars
 from triage.outcomes.gradient_flow import GradientFlowOutcome, ParamGradNorm
+
+
+# The parameters the objective's gradient misses are moved by a tenth of their own size (root mean square) to see
+# whether the objective reads them at all: enough to flip an argmax near its edge, small beside training's moves.
+PERTURBATION = 0.1
 
 
 class GradientFlowParams(Params):
@@ -30,6 +38,7 @@ def measure(ctx: Context, p: GradientFlowParams) -> GradientFlowOutcome:
     model = setup.model
     batches = session.batches[:p.batches]
     model.train()  # as the reference loop trains
+    reach = _objective_reach(session, batches) if terms_of(setup) is not None else None
     setup.optimizer.zero_grad(set_to_none=True)
     losses, loss_has_grad = [], True
     for i, batch in enumerate(batches):
@@ -42,8 +51,66 @@ def measure(ctx: Context, p: GradientFlowParams) -> GradientFlowOutcome:
         ctx.progress(i + 1, len(batches))
     if not loss_has_grad:  # a partial sum would not be the mean gradient
         setup.optimizer.zero_grad(set_to_none=True)
-    return _summarise(model, setup.optimizer, float(np.mean(losses)), loss_has_grad,
-                      frozen_by_design(model, setup.optimizer, setup.frozen_by_design))
+    outcome = _summarise(model, setup.optimizer, float(np.mean(losses)), loss_has_grad,
+                         frozen_by_design(model, setup.optimizer, setup.frozen_by_design))
+    return outcome if reach is None else outcome.model_copy(update=_missed_by_objective(session, outcome, *reach))
+
+
+def _objective_reach(session, batches: list) -> tuple[dict[str, Optional[float]], tuple[str, ...]]:
+    """Each parameter's gradient norm from the objective alone (the auxiliary terms weighted 0)."""
+    setup = session.setup
+    setup.optimizer.zero_grad(set_to_none=True)
+    with scaled_terms(setup, 0.0):
+        for batch in batches:
+            with autocast(setup.precision, session.device):
+                loss = setup.loss_fn(setup.model, batch)
+            if isinstance(loss, torch.Tensor) and loss.requires_grad:
+                (loss / len(batches)).backward()
+    norms = {n: _grad_norm(q) for n, q in setup.model.named_parameters()}
+    return norms, terms_of(setup).auxiliary
+
+
+def _missed_by_objective(session, outcome: GradientFlowOutcome, objective_norms: dict[str, Optional[float]],
+                         auxiliary: tuple[str, ...]) -> dict:
+    """Trainable parameters the whole loss's gradient reaches and the objective's does not, and how much the
+    objective's value moves when they move (it may read them through a step that passes no gradient: an
+    argmax, an index, a .detach())."""
+    full = {r.name: r.norm for r in outcome.layer_norms}
+    params = dict(session.setup.model.named_parameters())
+    trainable = {n for n in full if n not in outcome.no_grad and n not in outcome.frozen
+                 and n not in outcome.not_in_optimizer and n not in outcome.by_design}
+    missed = [n for n in full if n in trainable and full[n] > 0 and not objective_norms.get(n)]
+    size = sum(params[n].numel() for n in trainable) or 1
+    return {"auxiliary_terms": list(auxiliary), "objective_missed": missed,
+            "objective_missed_fraction": sum(params[n].numel() for n in missed) / size,
+            "objective_shift": _objective_shift(session, [params[n] for n in missed]) if missed else None}
+
+
+def _objective_shift(session, params: list[torch.nn.Parameter]) -> Optional[float]:
+    """|objective after - before| / |before| on the first batch, in eval mode, with `params` moved by a tenth of
+    their own size in random directions (then put back)."""
+    setup = session.setup
+    model, batch = setup.model, session.batches[0]
+    saved = [q.detach().clone() for q in params]
+    generator = torch.Generator().manual_seed(session.seed)
+    was_training = model.training
+    model.eval()  # no dropout: the same forward twice gives the same value
+    try:
+        with torch.no_grad(), untouched_buffers_and_rng(model):
+            before = loss_value(setup.loss_fn(model, batch))
+            for q in params:
+                size = float(q.detach().float().pow(2).mean().sqrt()) or 1e-2
+                noise = torch.randn(q.shape, generator=generator).to(q.device, q.dtype)
+                q.add_(noise * (PERTURBATION * size))
+            after = loss_value(setup.loss_fn(model, batch))
+    finally:
+        with torch.no_grad():
+            for q, value in zip(params, saved):
+                q.copy_(value)
+        model.train(was_training)
+    if not (np.isfinite(before) and np.isfinite(after)) or before == 0:
+        return None
+    return abs(after - before) / abs(before)
 
 
 def _summarise(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: float,

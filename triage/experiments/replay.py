@@ -40,6 +40,7 @@ from triage.judge.race import Bar, lowest, noise, out_of_contention
 from triage.views import Curve, Line
 from triage.outcomes.replay import ReplayOutcome
 from triage.judge.readings import RISE_WINDOW
+from triage.load.loss_terms import scaled_terms, terms_of
 
 
 class ReplayParams(Params):
@@ -74,6 +75,9 @@ class ReplayParams(Params):
         default=None, description="Hold the LR at the schedule's peak that an lr_trace node measured "
                                   "(the scheduler is not stepped).", json_schema_extra={"node_runs": "lr_trace"})
     wd_scale: float = Field(default=1.0, ge=0, description="Multiply the weight decay (0 removes it).")
+    aux_scale: float = Field(default=1.0, ge=0, description="Multiply the loss's auxiliary terms in the gradient "
+                                                            "(Setup.auxiliary_terms; 0 removes them). The loss "
+                                                            "read is the objective's either way.")
     unfreeze: bool = Field(default=False, description="Train every parameter: requires_grad on, and the "
                                                       "ones the optimizer lacks added to it.")
     unsquash: bool = Field(default=False, description="Undo a squashing output (log of softmax rows, "
@@ -376,6 +380,10 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
     if user and setup.manual_update and p.wd_scale != 1.0:
         trace.not_applicable.append("the weight decay: train_step updates the weights itself, with no "
                                     "optimizer whose param groups hold a weight decay")
+    if p.aux_scale != 1.0 and (user or terms_of(setup) is None):
+        trace.not_applicable.append("the loss's auxiliary terms: " + (
+            "the run's own train_step computes its loss itself" if user
+            else "Setup.auxiliary_terms names none"))
     if trace.not_applicable:
         return trace, clip, skip
     scale_weight_decay(optimizer, p.wd_scale)
@@ -383,6 +391,7 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
                            getattr(session.checkpoint, "step", None))
     params = trainable(model)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(scaled_terms(setup, p.aux_scale))
         if user:
             candidate = Candidate(lr_scale=lr_scale, lr_of=p.lr_of, clip=clip,
                                   changes_clip=p.no_clip or p.clip is not None or p.clip_at_norm_of is not None

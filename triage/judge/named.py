@@ -52,6 +52,10 @@ SHRANK_SINCE_INIT = 0.5
 # times the steps to reach the loss the faster one reached. One that, replayed long enough, reaches it in
 # under a third of that (a 10x LR 2.8x faster) is slower, not stuck: more LR pays far less than in proportion.
 KEPT_UP = 0.33
+# Weights the objective sends no gradient: moved by a tenth of their size (gradient_flow), an objective that reads
+# them moves (a router's argmax flips for some examples); one that does not read them moves by fp32 rounding at most
+# (an eval forward twice gives the same value to the bit).
+OBJECTIVE_READS = 1e-4
 MEMORISES = 0.5  # a replay on 2 examples halves its loss: the model can learn what it is given
 # An optimizer built on the wrong parameters: over half of those it holds get no gradient (a frozen head or
 # two is a design; most of the model is a misbuilt optimizer).
@@ -216,6 +220,10 @@ NAMED: dict[str, NamedRule] = {
         (), f"setup.weight_decay > 0 and (setup.decay_reach == none or setup.decay_reach > {DECAY_REACH})",
         "the run decays its weights, by enough to have shrunk them 5% over the run and the replay (or by an "
         "amount not known)"),
+    "objective_misses": NamedRule(
+        ("flow",), f"$flow.objective_missed_fraction > 0 and $flow.objective_shift > {OBJECTIVE_READS}",
+        "the objective's gradient reaches none of some weights that only auxiliary terms train, yet its value moves "
+        "when they move"),
     "graph_cut": NamedRule(
         ("flow",), f"$flow.no_grad_fraction > {MISSED_BY_OPTIMIZER} and $flow.frozen_fraction < {MISSED_BY_OPTIMIZER}",
         "over half the optimizer's parameters get no gradient at all, and under half are frozen"),
@@ -305,6 +313,12 @@ NAMED: dict[str, NamedRule] = {
     "flat": NamedRule(
         ("replay",), f"$replay.loss_ratio > {STALL_LOSS_RATIO}",
         "the replay's loss dropped under 10%"),
+    "precision_trains": NamedRule(
+        ("bf16", "fp32"),
+        f"($bf16.finite and $bf16.loss_ratio < {STALL_LOSS_RATIO} and $bf16.better) "
+        f"or ($fp32.finite and $fp32.loss_ratio < {STALL_LOSS_RATIO} and $fp32.better)",
+        "in bf16 or fp32, from the checkpoint, the run stays finite, its loss falls 10% or more and ends clearly "
+        "below the run's"),
     "learns": NamedRule(
         ("replay",), f"$replay.finite and $replay.loss_ratio < {STALL_LOSS_RATIO}",
         "the replay stayed finite and its loss dropped 10% or more"),

@@ -15,6 +15,7 @@ import pydantic
 
 from triage.contract import Setup
 from triage.errors import EntryError, SetupError, TriageError
+from triage.load.loss_terms import with_terms
 
 SetupFactory = Callable[[], Setup]
 
@@ -81,7 +82,7 @@ def call_setup(factory: SetupFactory, spec: str) -> Setup:
             "Return triage.Setup(model=..., optimizer=..., loss_fn=..., batches=...), or name a "
             "LightningModule class or a function returning one or a transformers.Trainer."
         )
-    return result
+    return with_terms(result)  # a dict of loss terms read as the run's loss (triage/load/loss_terms.py)
 
 
 def _launch_advice(exc: BaseException) -> str | None:

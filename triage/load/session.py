@@ -21,7 +21,7 @@ from triage.load.disagreements import differences, settings
 from triage.load.dcp import load_distributed
 from triage.load.wrappers import unwrap
 from triage.load.entry import SetupFactory, call_setup, entry_name, load_entry
-from triage.errors import CheckpointError, SetupError
+from triage.errors import CheckpointError, SetupError, TriageError
 from triage.flight.manifest import triaging
 from triage.load.history import HistoryPoint, read_history_file
 from triage.load.optimizer_fit import Fitted, OptimizerMismatch, fill_flags, fit_state
@@ -191,6 +191,8 @@ def _check_loss_fn(session: Session) -> None:
     try:
         with torch.no_grad():
             loss = setup.loss_fn(setup.model, session.batches[0])
+    except TriageError:  # loss terms that do not match Setup.auxiliary_terms: bad input, said as such
+        raise
     except Exception as exc:
         log.warning("loss_fn raised on snapshot batch 0 (%s: %s); the experiments will say more",
                     type(exc).__name__, exc)
@@ -201,7 +203,8 @@ def _check_loss_fn(session: Session) -> None:
         found = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
         raise SetupError(
             f"Expected loss_fn(model, batch) to return a scalar tensor, found {found}. "
-            "Return the mean loss over the batch (e.g. F.cross_entropy(model(x), y))."
+            "Return the mean loss over the batch (e.g. F.cross_entropy(model(x), y)), or a dict of named scalar "
+            "terms whose sum is the loss."
         )
 
 

@@ -82,3 +82,19 @@ class GradientFlowOutcome(Outcome):
         default=None, description="Over parameters that got a gradient.",
         json_schema_extra={"words": "min layer norm"})
     max_layer_norm: Optional[float] = Field(default=None, json_schema_extra={"words": "max layer norm"})
+    auxiliary_terms: list[str] = Field(
+        default_factory=list, description="The loss terms Setup.auxiliary_terms names (a regulariser, a load-balancing "
+                                          "loss): the objective is the other terms.",
+        json_schema_extra={"words": "auxiliary terms"})
+    objective_missed: list[str] = Field(
+        default_factory=list, description="Trainable parameters the whole loss's gradient reaches and the objective's "
+                                          "does not: only the auxiliary terms train them.",
+        json_schema_extra={"words": "missed by the objective"})
+    objective_missed_fraction: float = Field(
+        default=0.0, description="Of the trainable parameters' elements.",
+        json_schema_extra={"words": "missed by the objective share", "unit": "%"})
+    objective_shift: Optional[float] = Field(
+        default=None, description="How much the objective's value moves (relative, on the first batch, in eval mode) "
+                                  "when the parameters it sends no gradient are moved by a tenth of their size: above "
+                                  "0, it reads them through a step that passes no gradient (an argmax, an index).",
+        json_schema_extra={"words": "objective shift when they move", "unit": "%"})
