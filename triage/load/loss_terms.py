@@ -32,11 +32,6 @@ class TermsLoss:
             raise AttributeError(name)
         return getattr(fn, name)
 
-    def terms(self, model: Any, batch: Any) -> dict[str, torch.Tensor]:
-        """The user's terms by name (a plain scalar loss is one term, "loss")."""
-        found = self.loss_fn(model, batch)
-        return self._read(found) or {"loss": found}
-
     def __call__(self, model: Any, batch: Any) -> Any:
         found = self.loss_fn(model, batch)
         terms = self._read(found)
