@@ -275,3 +275,21 @@ def test_a_forecaster_validated_on_windows_cut_before_the_split_gets_the_overlap
     assert "Split the series by time first" in report.fix
     report, _ = triage.run(lambda: forecaster_setup(False), None, out=tmp_path / "fair")
     assert report.root_cause != "train_val_overlap"
+
+
+def test_rows_that_repeat_within_training_as_often_as_across_the_split_are_the_datas_own_repetition():
+    """A recommender's (user, item) pairs drawn from a few popular ones repeat within training and across the
+    split alike (held-back two_tower_retrieval: 54% and 57%, called train_val_overlap, high); a validation set
+    cut from training rows that never repeat one another is copies."""
+    g = torch.Generator().manual_seed(0)
+    pairs = lambda n: torch.randint(0, 6, (n, 2), generator=g).float()  # 36 possible rows  # noqa: E731
+    repeats = [(pairs(64), torch.zeros(64, dtype=torch.long)) for _ in range(4)]
+    val = [(pairs(64), torch.zeros(64, dtype=torch.long))]
+    out = _outcome(repeats, val)
+    assert out.train_repeat_fraction > 0.9 and out.duplicate_fraction > 0.9
+    assert _judged("repeats_like_training(overlap)", out) is True
+
+    train = digits(4)
+    copied = _outcome(train, [train[1]])
+    assert copied.train_repeat_fraction == 0.0 and copied.duplicate_fraction == 1.0
+    assert _judged("repeats_like_training(overlap)", copied) is False

@@ -265,3 +265,15 @@ def test_precision_trains_is_another_precision_finite_learning_and_better_than_t
     for node, (finite, ratio, better) in (("b", bf16), ("f", fp32)):
         figures.update({(node, "finite"): finite, (node, "loss_ratio"): ratio, (node, "better"): better})
     assert decide("precision_trains(b, f)", figures) is trains
+
+
+@pytest.mark.parametrize("share, repeats, alike", [
+    (0.567, 0.537, True),  # a recommender's popular pairs: as often across the split as within training
+    (0.30, 0.70, True),  # a pool of augmented copies split after augmenting looks the same
+    (1.0, 0.0, False),  # training rows that never repeat, copied into validation
+    (0.5, 0.05, False),  # within training rarely (under a tenth), across the split often
+    (0.9, 0.4, False),  # over half again the training rows' own rate
+])
+def test_repeats_like_training_is_an_overlap_the_datas_own_repetition_explains(share, repeats, alike):
+    figures = {("o", "duplicate_fraction"): share, ("o", "train_repeat_fraction"): repeats}
+    assert decide("repeats_like_training(o)", figures) is alike

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import triage
@@ -468,3 +469,40 @@ def test_a_loop_bug_is_verified_by_the_reference_loop_before_it_says_high(tmp_pa
     assert "the fix was replayed (`loop_fixed`) but did not verify" in (tmp_path / "r1" / "summary.md").read_text()
     assert (still_learning.root_cause, still_learning.confidence) == ("loop_bug", "high")
     assert still_learning.proof == "loop_fixed" and still_learning.fix_trial.changes[0].after.startswith("zero_grad")
+
+
+def test_a_model_that_returns_its_losses_only_in_train_mode_is_validated_in_train_mode(tmp_path):
+    """torchvision's detection models return a loss dict in train mode and boxes in eval mode, so a loss_fn that
+    reads the dict raises in eval mode (held-back detection_two_head: the baseline's validation pass raised,
+    inconclusive). Validation is then scored in train mode, BatchNorm statistics left as they were."""
+    from sklearn.datasets import load_digits
+
+    class Detector(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(64, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10))
+
+        def forward(self, x, y=None):
+            logits = self.body(x)
+            if self.training:
+                return {"loss_classifier": F.cross_entropy(logits, y)}
+            return [{"labels": row.argmax()} for row in logits]
+
+    def loss_fn(model, batch):
+        return sum(model(*batch).values())
+
+    x, y = load_digits(return_X_y=True)
+    x, y = torch.tensor(x, dtype=torch.float32) / 16, torch.tensor(y)
+
+    def setup():
+        torch.manual_seed(0)
+        model = Detector()
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05), loss_fn=loss_fn,
+                            batches=[(x[i:i + 32], y[i:i + 32]) for i in range(0, 32 * 20, 32)],
+                            val_batches=[(x[i:i + 32], y[i:i + 32]) for i in range(1024, 1024 + 32 * 4, 32)])
+
+    s = setup()
+    path = triage.save_checkpoint(tmp_path / "ckpt.pt", s.model, s.optimizer, step=0)
+    report, _ = triage.run(setup, path, out=tmp_path / "report")
+    assert report.root_cause not in ("inconclusive", "incomplete")
+    assert report.experiment("baseline").outcome["val_final"] is not None

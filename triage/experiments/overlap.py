@@ -1,10 +1,13 @@
 """Train/val overlap: validation examples that also appear, exactly, among the training batches, each read whole
 (every tensor the model reads of it, a graph's nodes as its masks select them: fingerprint.example_rows), and
 whether they score better at the checkpoint than the validation examples that are not (the overlap flatters
-the validation figure only where they do)."""
+the validation figure only where they do). And how often the training examples repeat one another: where the
+data repeats itself (a user buying the same item again, windows drawn at random cut points), a validation
+example drawn apart from training repeats a training one as often, and that is no leak."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Optional
 
 import torch
@@ -12,7 +15,7 @@ import torch
 from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.fingerprint import (example_digests, examples_unreadable, examples_where, sequence_rows,
                                             window_digests)
-from triage.experiments.training import autocast, loss_value
+from triage.experiments.training import autocast, loss_value, scored_loss
 from triage.outcomes.overlap import OverlapOutcome
 
 
@@ -29,6 +32,7 @@ def measure(ctx: Context, p: OverlapParams) -> OverlapOutcome:
         return OverlapOutcome(has_val=True, duplicate_fraction=None, not_measured=unreadable)
     train_hashes = list(example_digests(session.batches))
     train = set(train_hashes)
+    counts = Counter(train_hashes)
     # per validation batch, whether each of its examples is a training example
     copied = [torch.tensor([d in train for d in example_digests([b])], dtype=torch.bool) for b in session.val_batches]
     flags = torch.cat(copied) if copied else torch.zeros(0, dtype=torch.bool)
@@ -40,6 +44,7 @@ def measure(ctx: Context, p: OverlapParams) -> OverlapOutcome:
         ctx.restart()  # eval-mode forwards move nothing a stock model holds; a loss_fn with state of its own may
     return OverlapOutcome(
         has_val=True, train_examples=len(train_hashes), val_examples=val_examples, duplicates=duplicates,
+        train_repeat_fraction=sum(counts[d] > 1 for d in train_hashes) / len(train_hashes) if train_hashes else None,
         duplicate_fraction=duplicates / val_examples if val_examples else 0.0,
         first_duplicates=flags.nonzero().flatten()[:20].tolist(), duplicate_loss=losses[0], other_loss=losses[1],
         shifted_copies=shifted, shifted_fraction=shifted / compared if compared else None,
@@ -51,15 +56,10 @@ def _scored_apart(ctx: Context, copied: list[torch.Tensor]) -> tuple[Optional[fl
     """The run's loss at the checkpoint on the validation examples that are training examples, and on the
     rest, each averaged over examples (the batches cut to each group; eval mode, as validation runs). None
     where a batch's examples cannot be selected apart, or the loss cannot take part of a batch."""
-    setup = ctx.session.setup
-    was_training = setup.model.training
-    setup.model.eval()
     try:
         return _group_means(ctx.session, copied)
     except Exception:  # noqa: BLE001 - a loss_fn written for one batch size, say: not scored apart
         return None, None
-    finally:
-        setup.model.train(was_training)
 
 
 def _group_means(session, copied: list[torch.Tensor]) -> tuple[Optional[float], Optional[float]]:
@@ -72,7 +72,7 @@ def _group_means(session, copied: list[torch.Tensor]) -> tuple[Optional[float], 
             if part is None:
                 return None, None
             with autocast(setup.precision, session.device):
-                sums[group] += loss_value(setup.loss_fn(setup.model, part)) * int(keep.sum())
+                sums[group] += loss_value(scored_loss(setup, part)) * int(keep.sum())
             counts[group] += int(keep.sum())
     return sums[0] / counts[0], sums[1] / counts[1]
 

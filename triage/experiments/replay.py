@@ -31,7 +31,7 @@ from triage.experiments.pace import pace_vs_run
 from triage.experiments.schedule import RunSchedule
 from triage.experiments.training import (autocast, current_lr, grad_scaler, loss_value,
                                          param_vector_norm, reference_step, scale_weight_decay,
-                                         start_end, trainable)
+                                         scored_loss, start_end, trainable)
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, paired_with
 from triage.judge.extension import ReferenceFigures, worth_more_steps
 from triage.judge.fix import end_of, highest_working_end, sane_level
@@ -560,11 +560,8 @@ def _flagged_batches(ctx: Context, node: Optional[str], field: str = "outliers")
 
 @torch.no_grad()
 def _val_loss(setup, val_batches, precision, device) -> float:
-    was_training = setup.model.training
-    setup.model.eval()
     with autocast(precision, device):
-        values = [loss_value(setup.loss_fn(setup.model, b)) for b in val_batches]
-    setup.model.train(was_training)
+        values = [loss_value(scored_loss(setup, b)) for b in val_batches]
     return float(np.mean(values))
 
 

@@ -135,6 +135,26 @@ def untouched_buffers_and_rng(model: torch.nn.Module) -> Iterator[None]:
         set_rng_state(rng)
 
 
+def scored_loss(setup: Any, batch: Any) -> Any:
+    """loss_fn(model, batch) as a validation pass scores it: in eval mode (no dropout, BatchNorm's running
+    statistics). A model that returns its losses only in train mode (torchvision's detection models return
+    boxes in eval mode, and a loss_fn that reads their loss dict raises) is scored in train mode instead, its
+    buffers and RNG left as they were. Call it under no_grad."""
+    was_training = setup.model.training
+    setup.model.eval()
+    try:
+        return setup.loss_fn(setup.model, batch)
+    except Exception as in_eval:
+        setup.model.train()
+        try:
+            with untouched_buffers_and_rng(setup.model):
+                return setup.loss_fn(setup.model, batch)
+        except Exception:
+            raise in_eval from None
+    finally:
+        setup.model.train(was_training)
+
+
 def loss_value(loss: Any) -> float:
     return float(loss.detach().float().item()) if isinstance(loss, torch.Tensor) else float(loss)
 

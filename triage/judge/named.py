@@ -36,6 +36,12 @@ DEAD_ON_AVERAGE = 0.5  # over half the units dead, averaged over the ReLU layers
 DEAD_IN_A_LAYER = 0.9  # or over 90% in one layer
 # Validation rows that duplicate training rows (overlap_check): a few are chance, a tenth is a leak.
 DUPLICATE_SHARE = 0.1
+# Where the training rows repeat one another (the chance that a row drawn from the same data repeats one already
+# drawn), validation rows drawn apart from them repeat them about as often: a recommender's (user, item) pairs
+# repeat 54% within training and 57% across the split, and the repeats are its popular pairs, which score better
+# whether or not anything leaked. Up to half again that rate, an overlap is not told from the data's own
+# repetition (a validation set cut from a pool of augmented copies looks the same: 70% and 30%).
+REPEATS_MARGIN = 1.5
 # Validation windows that are training windows moved by a few steps (overlap_check): a chronological split
 # shares a handful at its boundary; a series cut into windows and shuffled before the split shares nearly
 # all (every validation window has a training neighbour): over half.
@@ -188,6 +194,11 @@ NAMED: dict[str, NamedRule] = {
     "few_duplicates": NamedRule(
         ("overlap",), f"$overlap.duplicate_fraction == none or $overlap.duplicate_fraction <= {DUPLICATE_SHARE}",
         "a tenth of the validation rows or fewer duplicate training rows, or no overlap measured"),
+    "repeats_like_training": NamedRule(
+        ("overlap",), f"$overlap.train_repeat_fraction > {DUPLICATE_SHARE} "
+                      f"and $overlap.duplicate_fraction <= {REPEATS_MARGIN} * $overlap.train_repeat_fraction",
+        "the training rows repeat one another over a tenth of the time, and the validation rows repeat them no more "
+        "than half again as often"),
     # The overlap matters where it flatters the validation figure: every validation example is a training one,
     # or those that are score clearly better (the fix bar's margin) at the checkpoint than those that are not.
     "duplicates_flatter": NamedRule(
