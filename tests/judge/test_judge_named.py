@@ -277,3 +277,13 @@ def test_precision_trains_is_another_precision_finite_learning_and_better_than_t
 def test_repeats_like_training_is_an_overlap_the_datas_own_repetition_explains(share, repeats, alike):
     figures = {("o", "duplicate_fraction"): share, ("o", "train_repeat_fraction"): repeats}
     assert decide("repeats_like_training(o)", figures) is alike
+
+
+@pytest.mark.parametrize("ratio, start, end, rises", [
+    (1.18, 0.1782, 0.1783, False),  # dipped and came back to its start: a healthy metric-learning run
+    (1.30, 0.50, 0.60, True),  # 20% above where it started
+    (1.05, 0.50, 0.60, False),  # not 10% above its best
+])
+def test_val_rises_needs_the_end_clearly_above_the_start(ratio, start, end, rises):
+    figures = {("v", "val_ratio"): ratio, ("v", "val_start"): start, ("v", "val_end"): end}
+    assert decide("val_rises(v)", figures) is rises

@@ -506,3 +506,42 @@ def test_a_model_that_returns_its_losses_only_in_train_mode_is_validated_in_trai
     report, _ = triage.run(setup, path, out=tmp_path / "report")
     assert report.root_cause not in ("inconclusive", "incomplete")
     assert report.experiment("baseline").outcome["val_final"] is not None
+
+
+def clipped_digits(clip: float):
+    """Digits, a 3-layer MLP, SGD with momentum at 0.05 and a cosine schedule over 450 steps, the global norm
+    clipped at `clip` (the held-back lightning_classifier's run, in plain PyTorch)."""
+    def setup() -> triage.Setup:
+        from sklearn.datasets import load_digits
+
+        torch.manual_seed(0)
+        x, y = load_digits(return_X_y=True)
+        x, y = torch.tensor(x, dtype=torch.float32) / 16, torch.tensor(y)
+        model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+        return triage.Setup(model=model, optimizer=opt, loss_fn=cross_entropy, grad_clip=clip, total_steps=450,
+                            scheduler=torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=450),
+                            batches=[(x[i:i + 32], y[i:i + 32]) for i in range(0, 32 * 40, 32)],
+                            val_batches=[(x[i:i + 32], y[i:i + 32]) for i in range(1280, 1280 + 32 * 8, 32)])
+    return setup
+
+
+def test_a_clip_that_holds_every_step_back_is_blamed_before_the_lr_that_outgrows_it(tmp_path):
+    """Held-back lightning_classifier: gradient_clip_val=0.005 under SGD at 0.05 (steps of 2.5e-4): a 1000x
+    LR wins in 40 steps by lengthening the clipped steps, and the run without its clip needs longer. It was
+    called lr_too_low; the run without its clip, over 300 steps, is the fix."""
+    setup = clipped_digits(0.005)
+    run, losses = setup(), []
+    for step in range(300):  # the run's own loop: backward, clip, step, schedule
+        run.optimizer.zero_grad()
+        loss = run.loss_fn(run.model, run.batches[step % len(run.batches)])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.grad_clip)
+        run.optimizer.step()
+        run.scheduler.step()
+        losses.append(loss.item())
+    assert min(losses[-20:]) > 0.9 * losses[0]  # crawled
+    path = triage.save_checkpoint(tmp_path / "ckpt.pt", run.model, run.optimizer, scheduler=run.scheduler, step=300)
+    report, _ = triage.run(setup, path, out=tmp_path / "report")
+    assert report.root_cause == "clipping_too_aggressive", (report.root_cause, report.path)
+    assert report.path[-3:] == ["higher_lr_over_a_stall", "no_clip_checked_long", "clipping_too_aggressive_over_lr"]
