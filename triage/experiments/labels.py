@@ -14,6 +14,7 @@ from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.fingerprint import graph_membership
 from triage.experiments.label_shift import measure_shift
 from triage.experiments.levels import regression_target
+from triage.experiments.loss_inputs import loss_broadcast
 from triage.experiments.sequence_targets import distinct_inputs, target_lift, token_bags
 from triage.batches import named_tensors
 from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, loss_reads, model_output
@@ -31,6 +32,8 @@ class LabelCheckParams(Params):
 def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     session = ctx.session
     batches = session.batches
+    broadcast = loss_broadcast(session.setup, batches[0], session.device)
+    ctx.restart()
     read = loss_reads(session.setup, batches[0], session.device) if class_targets(batches[0]) is not None else []
     ctx.restart()
     # The labels are what the loss reads; of several (targets and lengths), the largest tensor.
@@ -39,12 +42,13 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     logits = model_output(session.setup, batches[0], session.device) if targets[0] is not None else None
     ctx.restart()  # the probe's forward may have moved BatchNorm statistics
     if targets[0] is None or logits is None or logits.shape[-1] < 2 or not _paired(targets[0], logits):
-        return LabelCheckOutcome(is_classification=False, knn_target_correlation=_knn_target_correlation(batches, p))
+        return LabelCheckOutcome(is_classification=False, knn_target_correlation=_knn_target_correlation(batches, p),
+                                 target_broadcast=broadcast)
     k = int(logits.shape[-1])
     per_batch = [t.reshape(-1)[t.reshape(-1) != p.ignore_index].long().cpu() for t in targets if t is not None]
     labels = torch.cat(per_batch)
     if labels.numel() == 0:
-        return LabelCheckOutcome(is_classification=True, num_classes=k)
+        return LabelCheckOutcome(is_classification=True, num_classes=k, target_broadcast=broadcast)
     counts = torch.unique(labels, return_counts=True)[1]  # not bincount: one label of 1e9 would need GBs
     distinct = int(counts.numel())
     single_batches = sum(int(t.unique().numel()) == 1 for t in per_batch if t.numel())
@@ -59,7 +63,7 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     lift, compared = target_lift(batches, name, k, p.ignore_index, p.max_vocabulary, p.knn_examples)
     return LabelCheckOutcome(
         **shift.model_dump(), target_lift=lift, target_lift_examples=compared,
-        is_classification=True, num_classes=k, target=name,
+        is_classification=True, num_classes=k, target=name, target_broadcast=broadcast,
         target_ambiguous=len(read) > 1,
         label_min=int(labels.min()), label_max=int(labels.max()), labels_seen=int(labels.numel()),
         out_of_range_count=int(((labels < 0) | (labels >= k)).sum()),

@@ -1,13 +1,17 @@
-"""What the run's loss function hands a loss that takes raw scores (`binary_cross_entropy_with_logits`,
-`cross_entropy`, and the nn modules that call them), seen by wrapping those functions of
-torch.nn.functional while the run's loss_fn runs. A model that squashes its scores outside forward() (a
+"""What the run's loss function hands the losses of torch.nn.functional, seen by wrapping those functions
+while the run's loss_fn runs (the nn modules that call them included). A loss that takes raw scores
+(`binary_cross_entropy_with_logits`, `cross_entropy`). A model that squashes its scores outside forward() (a
 link predictor's decode() ending in .sigmoid()) shows it here, not in its output. Code that imported the
-function itself (`from torch.nn.functional import cross_entropy`) before the wrap is not seen."""
+function itself (`from torch.nn.functional import cross_entropy`) before the wrap is not seen. And a loss that
+scores a prediction against a target (mse_loss, gaussian_nll_loss, ...) handed shapes that broadcast to a larger
+one: (B, 1) against (B,) scores every prediction against every target of the batch."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import math
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
@@ -58,3 +62,53 @@ def score_losses(transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = N
     finally:
         for name, original in originals.items():
             setattr(F, name, original)
+
+
+# Losses that score a prediction against a target of the same shape, and broadcast them where they differ:
+# mse_loss warns, gaussian_nll_loss (since torch 1.10) and the rest say nothing.
+PAIRED_LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "gaussian_nll_loss", "poisson_nll_loss",
+                 "binary_cross_entropy")
+
+
+@contextlib.contextmanager
+def paired_losses() -> Iterator[list[str]]:
+    """Within: every call of a paired loss whose input and target broadcast to more elements than either holds
+    ((B, 1) against (B,) -> (B, B): every prediction scored against every target) is described in the list."""
+    found: list[str] = []
+    originals = {name: getattr(F, name) for name in PAIRED_LOSSES}
+
+    def wrapped(name, original):
+        @functools.wraps(original)
+        def call(input, target, *args, **kwargs):
+            if isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor) and input.shape != target.shape:
+                try:
+                    shape = torch.broadcast_shapes(input.shape, target.shape)
+                except RuntimeError:
+                    shape = None
+                if shape is not None and math.prod(shape) > max(input.numel(), target.numel()):
+                    found.append(f"{name}: input {tuple(input.shape)} against target {tuple(target.shape)}, "
+                                 f"broadcast to {tuple(shape)}")
+            return original(input, target, *args, **kwargs)
+        return call
+
+    for name, original in originals.items():
+        setattr(F, name, wrapped(name, original))
+    try:
+        yield found
+    finally:
+        for name, original in originals.items():
+            setattr(F, name, original)
+
+
+def loss_broadcast(setup, batch, device: torch.device) -> Optional[str]:
+    """The first paired loss the run's loss_fn hands a broadcast pair on `batch` (None: none does, or it raised)."""
+    from triage.experiments.training import autocast
+
+    with paired_losses() as found, torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # mse_loss's own size warning: said here instead
+        try:
+            with autocast(setup.precision, device):
+                setup.loss_fn(setup.model, batch)
+        except Exception:  # noqa: BLE001 - a loss that raises is measured by the experiments that train it
+            return None
+    return found[0] if found else None

@@ -36,6 +36,11 @@ class LabelShift(Outcome):
 
 
 class LabelCheckOutcome(LabelShift):
+    target_broadcast: Optional[str] = Field(
+        default=None, description="A loss of torch.nn.functional (mse_loss, gaussian_nll_loss, ...) the run's loss hands "
+                                  "a prediction and a target of shapes that broadcast to a larger one: every "
+                                  "prediction scored against every target of the batch. None where none does.",
+        json_schema_extra={"words": "target broadcast"})
     is_classification: bool = Field(
         description="Batches carry integer labels and the model outputs >= 2 scores.",
         json_schema_extra={"words": "is classification"})
