@@ -70,3 +70,51 @@ def test_a_batch_the_loss_cannot_score_is_the_cause_not_the_op(tmp_path):
     assert skip["fix_works"] and skip["skipped"] == [IMPOSSIBLE]
     # ctc_loss has no second derivative: the curvature probe says it does not apply, it does not raise
     assert report.experiment("sharpness").status == "not_applicable"
+
+
+class BoxRegressor(nn.Module):
+    """A detector's box head, trained as torchvision's are: forward(images, targets) encodes the target boxes
+    itself (log of width and height over the anchor's) and returns the loss in train mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
+
+    def forward(self, x, boxes):
+        encoded = torch.log(boxes / 4.0)  # widths and heights against an anchor of 4: no weight reaches it
+        return nn.functional.smooth_l1_loss(self.head(x), encoded)
+
+
+def boxes(degenerate: bool, n=16):
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for i in range(n):
+        x = torch.randn(16, 16, generator=g)
+        size = 4.0 * torch.exp(0.5 * x[:, :2])  # the box's size follows from the image
+        if degenerate and i == 5:
+            size[3, 0] = 0.0  # one box of zero width
+        batches.append((x, size))
+    return batches
+
+
+def box_setup(degenerate: bool):
+    def setup():
+        torch.manual_seed(0)
+        model = BoxRegressor()
+        return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-3),
+                            loss_fn=lambda m, b: m(*b), batches=boxes(degenerate))
+    return setup
+
+
+def test_a_value_the_data_alone_makes_non_finite_is_a_bad_batch_not_the_op(tmp_path):
+    """Held-back detection_two_head: a zero-width box's log is -inf in the box encoding, on one batch; it was
+    numerical_instability ("guard the log"). The log reads the batch alone, and the run without that batch
+    trains: the batch is the cause."""
+    setup = box_setup(degenerate=True)
+    s = setup()
+    path = triage.save_checkpoint(tmp_path / "ckpt.pt", s.model, s.optimizer, step=0)
+    report, _ = triage.run(setup, path, out=tmp_path / "report")
+    assert (report.root_cause, report.path[-1]) == ("bad_batch", "bad_batch_data_nonfinite"), report.path
+    locate = report.experiment("locate").outcome
+    assert locate["op"] == "log" and locate["op_reads_data_only"] is True
+    assert report.experiment("batches").outcome["nonfinite_batches"] == [5]
