@@ -157,11 +157,11 @@ def _bisect_step(setup, batch, precision, device, before: _PreStep, step: int, a
             log.warning("step %d went non-finite but did not when repeated with hooks; nothing located", step)
         stage = None
     backward_module = probe.module_of(backward_node.node) if backward_node else None
-    op = anomaly_op = frame = data_only = None
+    op = anomaly_op = frame = None
     if stage == "forward":
         creator = probe.recorder.creator_in(forward.name if forward else None)
         if creator:
-            op, frame, data_only = creator.op, creator.frame, creator.data_only
+            op, frame = creator.op, creator.frame
     elif backward_node is not None:
         op = backward_node.name
         if anomaly:
@@ -181,7 +181,7 @@ def _bisect_step(setup, batch, precision, device, before: _PreStep, step: int, a
         forward_module=forward.name if forward else None,
         forward_module_type=forward.kind if forward else None,
         backward_module=backward_module, module=module, op=op, anomaly_op=anomaly_op,
-        domain_edge=has_domain_edge(op) if op else None, op_reads_data_only=data_only,
+        domain_edge=has_domain_edge(op) if op else None,
         source=display_path(frame[0], frame[1]) if frame else None,
         source_line=source_line(frame[0], frame[1]) if frame else None,
         source_context=source_context(frame[0], frame[1]) if frame else [],

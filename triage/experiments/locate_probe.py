@@ -76,7 +76,6 @@ class _Creator:
     op: str
     module: Optional[str]
     frame: Optional[tuple[str, int]]
-    data_only: bool  # no weight reaches its output: a function of the batch alone (a target's log)
 
 
 class _OpRecorder(TorchFunctionMode):
@@ -99,9 +98,8 @@ class _OpRecorder(TorchFunctionMode):
         produced = _nonfinite_kinds(out) if len(self.creators) < MAX_CREATORS else (False, False)
         if any(produced) and _creates(_nonfinite_kinds((args, kwargs)), produced):
             name = resolve_name(func) or getattr(func, "__name__", repr(func))
-            data_only = torch.is_grad_enabled() and not any(t.requires_grad for t in _tensors(out))
             self.creators.append(_Creator(name.removeprefix("torch."), module,
-                                          user_frame(traceback.extract_stack()), data_only))
+                                          user_frame(traceback.extract_stack())))
         return out
 
     def creator_in(self, module: Optional[str]) -> Optional[_Creator]:

@@ -50,11 +50,6 @@ class LocateOutcome(Outcome):
         default=None, description='The operation that first produced a non-finite value: "Tensor.div", '
                                   '"SqrtBackward0", ...',
         json_schema_extra={"words": "op"})
-    op_reads_data_only: Optional[bool] = Field(
-        default=None, description="No weight reaches the op's output: it computes on the batch alone (a box target's "
-                                  "log inside the forward), so the batch, not the model, holds the value it fails on. "
-                                  "None where no op was named in the forward.",
-        json_schema_extra={"words": "op reads the data only"})
     domain_edge: Optional[bool] = Field(
         default=None, description="The op has an edge to its domain where finite inputs give NaN/Inf (a log, a "
                                   "division, a square root, a power, ...); false for ops that only overflow (a "
