@@ -46,22 +46,15 @@ def score_losses(transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = N
     """Within: every call of a score loss records its input, and hands the loss `transform(input)` instead
     where a transform is given (the squashing undone, say). Put back on exit."""
     seen = ScoresSeen()
-    originals = {name: getattr(F, name) for name in SCORE_LOSSES}
 
-    def wrapped(original):
-        @functools.wraps(original)
+    def wrapped(name, original):
         def call(input, *args, **kwargs):
             seen.add(input.detach())
             return original(transform(input) if transform is not None else input, *args, **kwargs)
         return call
 
-    for name, original in originals.items():
-        setattr(F, name, wrapped(original))
-    try:
+    with _wrapped(SCORE_LOSSES, wrapped):
         yield seen
-    finally:
-        for name, original in originals.items():
-            setattr(F, name, original)
 
 
 # Losses that score a prediction against a target of the same shape, and broadcast them where they differ:
@@ -75,10 +68,8 @@ def paired_losses() -> Iterator[list[str]]:
     """Within: every call of a paired loss whose input and target broadcast to more elements than either holds
     ((B, 1) against (B,) -> (B, B): every prediction scored against every target) is described in the list."""
     found: list[str] = []
-    originals = {name: getattr(F, name) for name in PAIRED_LOSSES}
 
     def wrapped(name, original):
-        @functools.wraps(original)
         def call(input, target, *args, **kwargs):
             if isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor) and input.shape != target.shape:
                 try:
@@ -91,10 +82,18 @@ def paired_losses() -> Iterator[list[str]]:
             return original(input, target, *args, **kwargs)
         return call
 
-    for name, original in originals.items():
-        setattr(F, name, wrapped(name, original))
-    try:
+    with _wrapped(PAIRED_LOSSES, wrapped):
         yield found
+
+
+@contextlib.contextmanager
+def _wrapped(names: tuple[str, ...], wrap: Callable) -> Iterator[None]:
+    """torch.nn.functional's `names` replaced by wrap(name, original) while inside, put back on exit."""
+    originals = {name: getattr(F, name) for name in names}
+    for name, original in originals.items():
+        setattr(F, name, functools.wraps(original)(wrap(name, original)))
+    try:
+        yield
     finally:
         for name, original in originals.items():
             setattr(F, name, original)
