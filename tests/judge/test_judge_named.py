@@ -258,7 +258,8 @@ def test_objective_misses_weights_it_reads_and_sends_no_gradient(missed, shift, 
     ((False, None, False), (True, 0.5, True), True),  # fp32 alone trains
     ((True, 0.95, True), (True, 0.97, True), False),  # finite and better than a diverged run, but not learning
     ((True, 0.5, False), (True, 0.5, False), False),  # learns, no better than the run
-    ((None, None, None), (None, None, None), None),  # neither ran (a run not in fp16)
+    ((None, None, None), (None, None, None), False),  # neither ran (a run not in fp16, a step of its own)
+    ((None, None, None), (False, None, False), False),  # bf16 not applicable, fp32 blew up: a restart gate opens
 ])
 def test_precision_trains_is_another_precision_finite_learning_and_better_than_the_run(bf16, fp32, trains):
     figures = {}

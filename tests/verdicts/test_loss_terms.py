@@ -221,3 +221,15 @@ def test_terms_that_do_not_fit_auxiliary_terms_are_refused_with_what_to_do(retur
     with pytest.raises(SetupError, match="Expected") as raised:
         triage.run(setup, None, out=tmp_path)
     assert said in str(raised.value)
+
+
+def test_without_its_auxiliary_terms_a_non_finite_one_reaches_neither_the_value_nor_the_gradient():
+    from triage.load.loss_terms import TermsLoss
+
+    w = nn.Parameter(torch.zeros(3))
+    loss = TermsLoss(lambda model, batch: {"task": (w - 1).pow(2).sum(), "aux": w.abs().sqrt().sum() + torch.log(
+        torch.tensor(0.0))}, ("aux",))
+    loss.aux_scale = 0.0
+    value = loss(None, None)
+    value.backward()
+    assert float(value) == 3.0 and torch.isfinite(w.grad).all()

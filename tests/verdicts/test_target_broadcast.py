@@ -42,3 +42,14 @@ def test_the_same_loss_with_the_target_in_the_predictions_shape_is_not(tmp_path)
     report, _ = triage.run(regression(view_target=True), path, out=tmp_path / "report")
     assert report.root_cause != "wrong_loss"
     assert report.experiment("labels").outcome["target_broadcast"] is None
+
+
+def test_only_a_trailing_one_against_its_absence_counts_not_a_pairwise_loss_written_on_purpose():
+    from triage.experiments.loss_inputs import paired_losses
+
+    x, centres, y = torch.randn(8, 4), torch.randn(3, 4), torch.randn(8)
+    with paired_losses() as found:
+        nn.functional.mse_loss(x[:, None], centres[None].expand(8, 3, 4))  # same shapes: nothing to say
+        nn.functional.mse_loss(x[:, None, :], centres[None, :, :])  # every example against every centre, on purpose
+        nn.functional.mse_loss(y[:, None], y)  # (8, 1) against (8,): every prediction against every target
+    assert found == ["mse_loss: input (8, 1) against target (8,), broadcast to (8, 8)"]

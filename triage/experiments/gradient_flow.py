@@ -60,7 +60,7 @@ def _objective_reach(session, batches: list) -> tuple[dict[str, Optional[float]]
     """Each parameter's gradient norm from the objective alone (the auxiliary terms weighted 0)."""
     setup = session.setup
     setup.optimizer.zero_grad(set_to_none=True)
-    with scaled_terms(setup, 0.0):
+    with scaled_terms(setup, 0.0), untouched_buffers_and_rng(setup.model):  # the main pass draws the same masks
         for batch in batches:
             with autocast(setup.precision, session.device):
                 loss = setup.loss_fn(setup.model, batch)
@@ -79,7 +79,8 @@ def _missed_by_objective(session, outcome: GradientFlowOutcome, objective_norms:
     params = dict(session.setup.model.named_parameters())
     trainable = {n for n in full if n not in outcome.no_grad and n not in outcome.frozen
                  and n not in outcome.not_in_optimizer and n not in outcome.by_design}
-    missed = [n for n in full if n in trainable and full[n] > 0 and not objective_norms.get(n)]
+    # No path from the objective at all (grad None), not a zero through an intact path (units that never fire)
+    missed = [n for n in full if n in trainable and full[n] > 0 and objective_norms.get(n) is None]
     size = sum(params[n].numel() for n in trainable) or 1
     return {"auxiliary_terms": list(auxiliary), "objective_missed": missed,
             "objective_missed_fraction": sum(params[n].numel() for n in missed) / size,
@@ -96,13 +97,15 @@ def _objective_shift(session, params: list[torch.nn.Parameter]) -> Optional[floa
     was_training = model.training
     model.eval()  # no dropout: the same forward twice gives the same value
     try:
-        with torch.no_grad(), untouched_buffers_and_rng(model):
+        with torch.no_grad(), untouched_buffers_and_rng(model), autocast(setup.precision, session.device):
             before = loss_value(setup.loss_fn(model, batch))
             for q in params:
                 size = float(q.detach().float().pow(2).mean().sqrt()) or 1e-2
                 noise = torch.randn(q.shape, generator=generator).to(q.device, q.dtype)
                 q.add_(noise * (PERTURBATION * size))
             after = loss_value(setup.loss_fn(model, batch))
+    except Exception:  # noqa: BLE001 - a loss that needs train mode, weights that take no add_: not measured
+        return None
     finally:
         with torch.no_grad():
             for q, value in zip(params, saved):

@@ -76,7 +76,11 @@ def paired_losses() -> Iterator[list[str]]:
                     shape = torch.broadcast_shapes(input.shape, target.shape)
                 except RuntimeError:
                     shape = None
-                if shape is not None and math.prod(shape) > max(input.numel(), target.numel()):
+                # Only a trailing 1 on one side ((B, 1) against (B,)): a pairwise loss written on purpose
+                # (x[:, None] against centres[None]) broadcasts other dimensions.
+                one_off = input.shape[:-1] == target.shape and input.shape[-1:] == (1,) \
+                    or target.shape[:-1] == input.shape and target.shape[-1:] == (1,)
+                if one_off and shape is not None and math.prod(shape) > max(input.numel(), target.numel()):
                     found.append(f"{name}: input {tuple(input.shape)} against target {tuple(target.shape)}, "
                                  f"broadcast to {tuple(shape)}")
             return original(input, target, *args, **kwargs)

@@ -329,10 +329,12 @@ NAMED: dict[str, NamedRule] = {
         "the replay's loss dropped under 10%"),
     "precision_trains": NamedRule(
         ("bf16", "fp32"),
-        f"($bf16.finite and $bf16.loss_ratio < {STALL_LOSS_RATIO} and $bf16.better) "
-        f"or ($fp32.finite and $fp32.loss_ratio < {STALL_LOSS_RATIO} and $fp32.better)",
+        # `== true`: a precision replay that did not run (not applicable, raised) counts as not training, so a
+        # gate on this rule is not left unknown.
+        f"($bf16.finite == true and $bf16.better == true and $bf16.loss_ratio < {STALL_LOSS_RATIO}) "
+        f"or ($fp32.finite == true and $fp32.better == true and $fp32.loss_ratio < {STALL_LOSS_RATIO})",
         "in bf16 or fp32, from the checkpoint, the run stays finite, its loss falls 10% or more and ends clearly "
-        "below the run's"),
+        "below the run's (a replay that did not run does not count)"),
     "learns": NamedRule(
         ("replay",), f"$replay.finite and $replay.loss_ratio < {STALL_LOSS_RATIO}",
         "the replay stayed finite and its loss dropped 10% or more"),

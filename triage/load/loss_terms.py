@@ -38,8 +38,8 @@ class TermsLoss:
         if terms is None:
             return found  # a plain scalar (or whatever it is: the session's check says what was expected)
         objective = _total(v for k, v in terms.items() if k not in self.auxiliary)
-        if not self.auxiliary:
-            return objective
+        if not self.auxiliary or self.aux_scale == 0:
+            return objective  # without the auxiliary terms at all: a non-finite one cannot reach the gradient
         extra = _total(terms[k] for k in self.auxiliary) * self.aux_scale
         # extra - extra.detach() is 0 in value and extra in gradient: the value read is the objective's.
         return objective + (extra - extra.detach())
