@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from triage.experiments.interventions import SQUASH_TOLERANCE
+from triage.experiments.training import autocast
 
 SCORE_LOSSES = ("binary_cross_entropy_with_logits", "cross_entropy")
 
@@ -71,16 +72,13 @@ def paired_losses() -> Iterator[list[str]]:
 
     def wrapped(name, original):
         def call(input, target, *args, **kwargs):
-            if isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor) and input.shape != target.shape:
-                try:
-                    shape = torch.broadcast_shapes(input.shape, target.shape)
-                except RuntimeError:
-                    shape = None
-                # Only a trailing 1 on one side ((B, 1) against (B,)): a pairwise loss written on purpose
-                # (x[:, None] against centres[None]) broadcasts other dimensions.
-                one_off = input.shape[:-1] == target.shape and input.shape[-1:] == (1,) \
-                    or target.shape[:-1] == input.shape and target.shape[-1:] == (1,)
-                if one_off and shape is not None and math.prod(shape) > max(input.numel(), target.numel()):
+            # Only a trailing 1 on one side ((B, 1) against (B,)): a pairwise loss written on purpose
+            # (x[:, None] against centres[None]) broadcasts other dimensions.
+            if isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor) and (
+                    input.shape[:-1] == target.shape and input.shape[-1:] == (1,)
+                    or target.shape[:-1] == input.shape and target.shape[-1:] == (1,)):
+                shape = torch.broadcast_shapes(input.shape, target.shape)
+                if math.prod(shape) > max(input.numel(), target.numel()):  # not where B is 1
                     found.append(f"{name}: input {tuple(input.shape)} against target {tuple(target.shape)}, "
                                  f"broadcast to {tuple(shape)}")
             return original(input, target, *args, **kwargs)
@@ -105,8 +103,6 @@ def _wrapped(names: tuple[str, ...], wrap: Callable) -> Iterator[None]:
 
 def loss_broadcast(setup, batch, device: torch.device) -> Optional[str]:
     """The first paired loss the run's loss_fn hands a broadcast pair on `batch` (None: none does, or it raised)."""
-    from triage.experiments.training import autocast
-
     with paired_losses() as found, torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # mse_loss's own size warning: said here instead
         try:

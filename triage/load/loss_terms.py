@@ -10,6 +10,7 @@ terms still reach the gradient, at `aux_scale` times their weight (1 as the run 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Optional
 
@@ -89,14 +90,8 @@ def with_terms(setup: Setup) -> Setup:
 
 def terms_of(setup: Setup) -> Optional[TermsLoss]:
     """The TermsLoss under setup.loss_fn (through whatever wraps it), where the run declares auxiliary terms."""
-    fn = setup.loss_fn
-    for _ in range(8):  # a chain of wrappers, each with __wrapped__
-        if isinstance(fn, TermsLoss):
-            return fn if fn.auxiliary else None
-        fn = fn.__dict__.get("__wrapped__") if hasattr(fn, "__dict__") else None
-        if fn is None:
-            return None
-    return None
+    fn = inspect.unwrap(setup.loss_fn, stop=lambda f: isinstance(f, TermsLoss))
+    return fn if isinstance(fn, TermsLoss) and fn.auxiliary else None
 
 
 @contextlib.contextmanager
