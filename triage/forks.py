@@ -20,6 +20,7 @@ import signal
 import struct
 import sys
 import time
+import weakref
 from typing import Any, Callable, Optional
 
 import torch
@@ -33,6 +34,24 @@ POLL_S = 5.0  # how often a wait for the copy looks at its CPU time
 # this much state the memory it doubles costs more than the time it saves (issue 26: peak memory within 2x
 # the checkpoint at every size), and the work is done in this process.
 MAX_FORKED_STATE_BYTES = 256 * 2**20
+
+
+# The copies this process made that may owe an answer, and whether this process is itself a copy: what
+# busy_elsewhere() reads.
+_LIVE: "weakref.WeakSet[Forked]" = weakref.WeakSet()
+_IN_COPY = False
+
+
+def is_copy() -> bool:
+    """Whether this process is a copy measuring for the process that forked it."""
+    return _IN_COPY
+
+
+def busy_elsewhere(but: Optional["Forked"] = None) -> bool:
+    """Whether another process of this walk is measuring now: this process is a copy measuring for the walk,
+    or a copy it made (other than `but`) owes an answer it has not sent yet. Work measured ahead of time
+    (experiments/lanes.py) pays only on a core nothing else uses."""
+    return _IN_COPY or any(c is not but and c.busy is not None and not c.ready(0) for c in list(_LIVE))
 
 
 def can_fork(device: torch.device, world_size: int, state_bytes: int = 0) -> bool:
@@ -77,6 +96,7 @@ class Forked:
         os.close(from_parent)
         os.close(to_parent)
         self.pid, self._out, self._in = pid, to_child, from_child
+        _LIVE.add(self)
         self.busy: Optional[str] = None  # the job it is on
         self._cpu: Optional[int] = None  # its CPU time (clock ticks) when last looked at, and when it last grew
         self._active = time.monotonic()
@@ -106,6 +126,7 @@ class Forked:
         return message
 
     def close(self) -> None:
+        _LIVE.discard(self)
         for fd in (self._out, self._in):
             try:
                 os.close(fd)
@@ -119,6 +140,8 @@ class Forked:
 
 
 def _serve(run_one, inbox: int, outbox: int) -> None:
+    global _IN_COPY
+    _IN_COPY = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it closes this copy
     torch.set_num_threads(1)
     while (message := _read(inbox)) is not None:

@@ -30,6 +30,11 @@ class NotApplicable(Exception):
     reason. Such an experiment was never tried, so it rules nothing out."""
 
 
+class Abandoned(Exception):
+    """Raised by a replay whose Context.abandon says its figures are no longer wanted (a search's trial
+    measured ahead of time, experiments/lanes.py): nothing of it is kept."""
+
+
 class Params(BaseModel):
     """An experiment's parameters; unknown keys in a playbook are errors."""
 
@@ -60,6 +65,9 @@ class Context:
     # Racing is on in this walk: a search may stop a trial that can no longer change what it chooses, even
     # where another node reads its choice.
     racing: bool = False
+    # Asked between a replay's steps: True once its figures are no longer wanted (a search's trial measured
+    # ahead of time, and the search settled before it; experiments/lanes.py). The replay raises Abandoned.
+    abandon: Optional[Callable[[], bool]] = None
 
     def past_budget(self) -> bool:
         """Past the ceiling on this rank: a loop that agrees it across ranks itself (with its own figures)

@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 
 from triage.contract import Precision
 from triage.experiments.alongside import Alongside, ready_alongside
-from triage.experiments.base import Context, Experiment, NotApplicable, Params
+from triage.experiments.base import Abandoned, Context, Experiment, NotApplicable, Params
 from triage.experiments.inits import InitKind, apply_init
 from triage.experiments.dead_units import find_dead_units, revive
 from triage.experiments.fingerprint import first_examples
@@ -454,6 +454,8 @@ def _steps(ctx: Context, p: ReplayParams, setup, batches, val_batches, trace: "_
         if over_budget:  # the walk's ceiling (--max-minutes), on some rank: cut, not measured to its end
             trace.truncated = ctx.cut = True
             break
+        if ctx.abandon is not None and ctx.abandon():
+            raise Abandoned
         batch = batches[call % len(batches)]
         stepped, scale = True, _scale_of(watched)  # (the run's own step: whether it reached optimizer.step())
         if own is not None:

@@ -13,6 +13,7 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.inits import InitKind
+from triage.experiments.lanes import run_trials
 from triage.experiments.replay import REPLAY_VIEWS, ReplayOutcome, ReplayParams, measure as replay, working_end
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, judged
 from triage.judge import search as judge
@@ -48,25 +49,25 @@ class InitSearchParams(Params):
 def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
     """Replays at each LR multiplier until one works and the next is no better (or the grid ends); when
     none works but the best beat the run, one more between it and the next higher LR."""
-    trials: list[tuple[float, ReplayOutcome]] = []
     base = p.model_dump(exclude={"direction", "factors"})
-    checkpoint_lrs: dict[str, tuple[str, float]] = {}
+    ctx.restart()
+    checkpoint_lrs = _lrs(ctx.session.setup.optimizer)  # as restored, before any trial scales it
 
-    def run(factor: float) -> None:
-        ctx.restart()
-        if not checkpoint_lrs:  # as restored, before any trial scales it
-            checkpoint_lrs.update(_lrs(ctx.session.setup.optimizer))
-        params = ReplayParams(**{**base, "lr_scale": p.lr_scale * factor})
-        trials.append((factor, _trial_replay(ctx, params, race=ctx.race,
-                                             beat=_bar(ctx, params, trials, _lr_setting, factor))))
+    def params_at(factor: float) -> ReplayParams:
+        return ReplayParams(**{**base, "lr_scale": p.lr_scale * factor})
 
-    for factor in p.factors or LR_FACTORS[p.direction]:
-        run(factor)
-        if judge.settled(trials, p.direction):
-            break
+    def measure(trial_ctx: Context, factor: float, beat) -> ReplayOutcome:
+        trial_ctx.restart()
+        return _trial_replay(trial_ctx, params_at(factor), race=trial_ctx.race, beat=beat)
+
+    def bar(earlier, factor: float):
+        return _bar(ctx, params_at(factor), earlier, _lr_setting, factor)
+
+    trials = run_trials(ctx, p.factors or LR_FACTORS[p.direction], measure, bar,
+                        lambda so_far: judge.settled(so_far, p.direction))
     between = judge.between(trials, p.direction)
     if between is not None:
-        run(between)
+        trials.append((between, measure(ctx, between, bar(trials, between))))
     factor, chosen = judge.choose(trials)
     settings = [_lr_setting(f) for f, _ in trials]
     owner, alone = _whose_lr(ctx, base, p.lr_scale * factor, chosen) if p.lr_of is None else (None, [])
@@ -117,14 +118,19 @@ def _whose_lr(ctx: Context, base: dict, lr_scale: float, chosen: ReplayOutcome) 
 def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
     """Restarts from each alternative initialisation, each verified against the run's own init. PyTorch's
     default is left out where setup()'s init is that very scheme: it is the control redrawn, never a fix."""
-    trials: list[tuple[str, ReplayOutcome]] = []
     inits = [i for i in p.inits if not (i == "default" and _setup_init_is_default(ctx, p.init_of))]
-    for init in inits:
-        ctx.restart()
-        params = ReplayParams(steps=p.steps, init=init, init_scale=p.init_scale, against=p.against,
-                              margin=p.margin, level_margin=p.level_margin, extend_to=p.extend_to)
-        outcome = _trial_replay(ctx, params, race=ctx.race, beat=_bar(ctx, params, trials, lambda i: f"init={i}"))
-        trials.append((init, outcome))
+
+    def params_of(init: str) -> ReplayParams:
+        return ReplayParams(steps=p.steps, init=init, init_scale=p.init_scale, against=p.against,
+                            margin=p.margin, level_margin=p.level_margin, extend_to=p.extend_to)
+
+    def measure(trial_ctx: Context, init: str, beat) -> ReplayOutcome:
+        trial_ctx.restart()
+        return _trial_replay(trial_ctx, params_of(init), race=trial_ctx.race, beat=beat)
+
+    trials = run_trials(ctx, inits, measure, lambda earlier, init: _bar(ctx, params_of(init), earlier,
+                                                                         lambda i: f"init={i}"),
+                        lambda so_far: False)  # every init is tried
     init, chosen = judge.choose(trials)
     return SearchOutcome(**chosen.model_dump(), chosen=f"init={init}",
                          trials=[_trial(f"init={i}", o) for i, o in trials])
