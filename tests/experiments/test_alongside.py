@@ -54,3 +54,31 @@ def test_a_copy_that_dies_leaves_the_reference_to_be_replayed_here(monkeypatch):
     answers: list = []
     fix, reference = extended_fix(Speedups(draw_ahead=False), monkeypatch, answers)
     assert answers == [None] and reference.steps_run == 30 and fix.reference_steps == 30
+
+
+def test_the_copy_never_asks_this_process_whether_to_stop(tmp_path, monkeypatch):
+    """Context.abandon is this process's question (it reads this process's pipes to its other copies): the copy
+    replaying the reference alongside must never ask it, or it takes another copy's answer off its pipe."""
+    import os
+
+    asked = tmp_path / "asked"
+
+    def abandon() -> bool:
+        with asked.open("a") as file:
+            file.write(f"{os.getpid()}\n")
+        return False
+    monkeypatch.setattr(replay_module, "_extendable", lambda *a: True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with using(Speedups(draw_ahead=False)):
+            ctx = context(lambda: mlp_setup(lr=1e-3))
+            ctx.params["baseline"] = ReplayParams(steps=10)
+            ctx.outcomes["baseline"] = REPLAY.measure(ctx, ctx.params["baseline"])
+            ctx.session.restore()
+            ctx.abandon = abandon
+            fix = REPLAY.measure(ctx, ReplayParams(steps=10, extend_to=30, lr_scale=3.0, against="baseline"))
+    finally:
+        torch.set_num_threads(threads)
+    assert fix.reference_steps == 30 and "replay baseline over 30 steps" in ctx.session.memo
+    assert set(asked.read_text().split()) == {str(os.getpid())}

@@ -108,3 +108,28 @@ def test_a_trial_measured_here_ahead_of_time_stops_once_the_copy_settles_the_sea
         torch.set_num_threads(threads)
     assert together == alone == [("first", "first done")]
     assert abandoned == ["second"]
+
+
+def test_the_copy_never_asks_this_process_whether_to_stop(tmp_path):
+    """As for the reference replayed alongside (test_alongside.py): Context.abandon is this process's question."""
+    import os
+
+    asked = tmp_path / "asked"
+
+    def abandon() -> bool:
+        with asked.open("a") as file:
+            file.write(f"{os.getpid()}\n")
+        return False
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with using(Speedups(draw_ahead=False)):
+            ctx = context(lambda: mlp_setup(lr=500.0))
+            ctx.outcomes["base"] = REPLAY.measure(ctx, ReplayParams(steps=30))
+            ctx.restart()
+            ctx.abandon = abandon
+            out = LR_SEARCH.measure(ctx, LrSearchParams(steps=30, direction="down", against="base"))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(out.trials) >= 4
+    assert set(asked.read_text().split()) == {str(os.getpid())}

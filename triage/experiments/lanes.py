@@ -11,8 +11,11 @@ finished first, so two searches on one machine measure the same figures. A searc
 and one measured two at a time differ only where a trial raced against the trial just before it would have
 stopped, and their verdicts only where that race stopped a trial that would have won (judge/race.py).
 
-Part of the speed machinery (Speedups.fork): only where a fork is safe and pays (triage/forks.can_fork) and
-this process runs torch on one thread. A copy that dies or hangs leaves its trial to this process.
+Part of the speed machinery (Speedups.fork), wherever a fork is safe (triage/forks.can_fork): there every
+search is raced two at a time, whichever process measures it, and a copy measures beside this process where
+this process is not a copy itself and runs torch on one thread, and only while no other copy of the walk owes
+an answer (forks.busy_elsewhere: a trial ahead pays only on a free core). A copy that dies or hangs leaves
+its trial to this process.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ class _Lanes:
     """This process and one forked copy, each taking the next trial not started once its bar is known."""
 
     def __init__(self, ctx: Context, settings: Sequence[Any], measure: Measure, bar: BarOf, settled: Settled,
-                 copy: Forked) -> None:
+                 copy: Optional[Forked]) -> None:
         self.ctx, self.settings, self.measure, self.bar_of, self.settled = ctx, list(settings), measure, bar, settled
         self.copy: Optional[Forked] = copy
         self.done: dict[int, ReplayOutcome] = {}
@@ -72,23 +75,28 @@ class _Lanes:
     @classmethod
     def open(cls, ctx: Context, settings: Sequence[Any], measure: Measure, bar: BarOf,
              settled: Settled) -> Optional["_Lanes"]:
-        """None where one at a time is all there is: one trial, the speed machinery off, no safe fork, torch
-        on more threads than one here, or this process a copy itself (the walk's process measures beside it)."""
+        """None where one at a time is all there is: one trial, the speed machinery off, or no safe fork.
+        Lanes with no copy (every trial here, raced as two at a time) in a copy itself, or with torch on
+        more threads than one here: which process measures a search must not change its figures."""
         session = ctx.session
-        if (len(settings) < 2 or not active().fork or torch.get_num_threads() != 1 or is_copy()
+        if (len(settings) < 2 or not active().fork
                 or not can_fork(session.device, current_ranks().world_size,
                                 training_state_bytes(session.setup.model, session.setup.optimizer))):
             return None
-        quiet = replace(ctx, progress=lambda done, total: None)
-        known = set(session.memo)
+        copy = None
+        if not is_copy() and torch.get_num_threads() == 1:
+            # (abandon: this process's question, which reads its pipes to the other copies; never the copy's)
+            quiet = replace(ctx, progress=lambda done, total: None, abandon=None)
+            known = set(session.memo)
 
-        def in_copy(index: int, trial_bar: Optional[Bar]) -> tuple[ReplayOutcome, dict, bool]:
-            outcome = measure(quiet, settings[index], trial_bar)
-            return outcome, _picklable({k: v for k, v in session.memo.items() if k not in known}), quiet.cut
-        try:
-            return cls(ctx, settings, measure, bar, settled, Forked(in_copy))
-        except OSError:
-            return None
+            def in_copy(index: int, trial_bar: Optional[Bar]) -> tuple[ReplayOutcome, dict, bool]:
+                outcome = measure(quiet, settings[index], trial_bar)
+                return outcome, _picklable({k: v for k, v in session.memo.items() if k not in known}), quiet.cut
+            try:
+                copy = Forked(in_copy)
+            except OSError:
+                copy = None
+        return cls(ctx, settings, measure, bar, settled, copy)
 
     def run(self) -> Trials:
         while True:
@@ -147,10 +155,13 @@ class _Lanes:
             self._collect(block=False)
             self._feed_copy()
             return self._settled_at(self._ordered(), index) is not None
-        trial_ctx = replace(self.ctx, abandon=abandon)
+        outer = self.ctx.abandon  # the search itself measured ahead of time (walk/differential.py)
+        trial_ctx = replace(self.ctx, abandon=lambda: abandon() or (outer is not None and outer()))
         try:
             outcome = self.measure(trial_ctx, self.settings[index], trial_bar)
         except Abandoned:
+            if outer is not None and outer():
+                raise
             return
         finally:
             self.ctx.cut |= trial_ctx.cut

@@ -316,7 +316,8 @@ def _reference_alongside(ctx: Context, p: ReplayParams) -> Optional[Alongside]:
     reference = _longer_reference(ctx, p)
     if reference is None or p.extend_to <= max(p.steps, reference[0].steps_run):
         return None
-    quiet = dataclasses.replace(ctx, progress=lambda done, total: None)
+    # (abandon: this process's question, which reads its pipes to the other copies; never the copy's)
+    quiet = dataclasses.replace(ctx, progress=lambda done, total: None, abandon=None)
     return ready_alongside(ctx.session, _reference_key(p, p.extend_to),
                            lambda: _replayed_as_long(quiet, reference[1], p.extend_to))
 

@@ -4,6 +4,7 @@ candidate reads them; candidates run two at a time where a fork is safe (walk/fo
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, Iterable, Optional
 
 from triage.judge.differential import far_fetched, judge_candidates, outranked, tier_of
@@ -28,6 +29,10 @@ class Controls:
     def defer(self, cid: str, title: Optional[str]) -> None:
         self.waiting[cid] = title
 
+    def waiting_among(self, names: Iterable[str]) -> bool:
+        """Whether a control among `names` is still to be measured."""
+        return any(n in self.waiting for n in names)
+
     def ensure(self, names: Iterable[str]) -> None:
         """Measure, here and now, each waiting control among `names` (in the order written)."""
         for name in [n for n in self.waiting if n in set(names)]:
@@ -43,8 +48,9 @@ def decide(playbook: Playbook, node: str, spec: DifferentialNode, read, new_pool
     winner's tier (one a later candidate reads, `against:` say, still runs).
 
     Candidates are taken in the order written; one that reads an earlier one (its `if`, `measured` or a
-    parameter such as `against:`), or that a lower tier's result could outrank, waits for what it needs,
-    so two at a time decide exactly what one at a time would. A control (no `then`) waits in `controls`
+    parameter such as `against:`) waits for what it needs, and one that a lower tier's result could outrank
+    is measured while the copy measures that tier (kept only where it is not outranked), so two at a time
+    decide exactly what one at a time would. A control (no `then`) waits in `controls`
     until a candidate that reads it is about to run; one that none reads is not run (`unneeded`)."""
     errors: list[str] = []
     measured = playbook.measured(node)
@@ -53,6 +59,7 @@ def decide(playbook: Playbook, node: str, spec: DifferentialNode, read, new_pool
              for cid, _, condition in playbook.candidates(node)}
     read_later = {ref for refs in reads.values() for ref in refs}
     pool = new_pool()
+    settle_later: list[tuple[int, int, Callable[[], bool], Any]] = []  # see below
     try:
         for cid, candidate, condition in playbook.candidates(node):
             controls.ensure(names_read(playbook, None, condition, measured.get(cid)))  # the `if` may read one
@@ -60,25 +67,50 @@ def decide(playbook: Playbook, node: str, spec: DifferentialNode, read, new_pool
             abnormal = measured[cid].evaluate(read, errors) if cid in measured else None
             tier = tier_of(candidate.tier, abnormal)
             lower = [c.id for c in decided if c.tried and c.then and c.tier < tier]
-            pool.wait(lower)
-            beaten = outranked(leads_to_a_cause=candidate.then is not None, read_later=cid in read_later,
-                               lower_tier_works=[read(c, spec.works) for c in lower])
+            beaten_by = partial(_beaten_by, read, spec.works, candidate.then is not None, cid in read_later)
+            entry = CandidateResult(id=cid, experiment=candidate.run, then=candidate.then, tier=tier,
+                                    measured=abnormal, tried=False, outranked=False,
+                                    cap=None if abnormal else candidate.confidence)
+            ahead = None
+            if candidate.then is not None and cid not in read_later and pool.measuring(lower):
+                # The copy measures a lower tier that may outrank this one. Where its `if` fails, it is not
+                # tried either way: whether it was outranked (and the `if`'s errors, read only where it was
+                # not) is settled once the lower tiers are in. Else it is measured meanwhile, kept if none works.
+                if condition is not None and not condition.evaluate(read, []):
+                    settle_later.append((len(decided), len(errors), partial(beaten_by, lower), condition))
+                    decided.append(entry)
+                    continue
+                if not controls.waiting_among(names_read(playbook, cid, condition, measured.get(cid))):
+                    ahead = pool.ahead(cid, lambda lower=lower: beaten_by(
+                        [c for c in lower if not pool.measuring([c])]))
+            if candidate.then is not None and cid not in read_later:
+                pool.wait(lower)
+            beaten = beaten_by(lower)
             tried = not beaten and (condition is None or condition.evaluate(read, errors))
             if tried and candidate.then is None:
                 controls.defer(cid, candidate.title)
             elif tried:
                 controls.ensure(names_read(playbook, cid, condition, measured.get(cid)))
                 pool.wait(reads[cid])
-                pool.submit(cid, candidate.title, lambda run, cid=cid: listener.finished(
+                finished = (lambda run, cid=cid: listener.finished(
                     run, Decision(node=cid, goto=node, when=f"candidate of {node}", figures={
                         f"{cid}.{spec.works}": shown(read(cid, spec.works)),
                         f"{cid}.{spec.score}": shown(read(cid, spec.score))})))
-            decided.append(CandidateResult(id=cid, experiment=candidate.run, then=candidate.then, tier=tier,
-                                           measured=abnormal, tried=tried, outranked=beaten,
-                                           cap=None if abnormal else candidate.confidence))
+                if ahead is not None:
+                    pool.adopt(cid, candidate.title, ahead, finished)
+                else:
+                    pool.submit(cid, candidate.title, finished)
+            decided.append(entry.model_copy(update={"tried": tried, "outranked": beaten}))
         pool.wait([c.id for c in decided if c.tried])
     finally:
         pool.close()
+    for index, position, beaten, condition in reversed(settle_later):  # (positions grow in the order written)
+        if beaten():
+            decided[index] = decided[index].model_copy(update={"outranked": True})
+        else:
+            found: list[str] = []
+            condition.evaluate(read, found)
+            errors[position:position] = found
     decided = [c.model_copy(update={"tried": False, "unneeded": True}) if c.id in controls.waiting else c
                for c in decided]
     results = [_ended(c, read, spec) if c.tried else c for c in decided]
@@ -91,6 +123,12 @@ def decide(playbook: Playbook, node: str, spec: DifferentialNode, read, new_pool
     results = [r.model_copy(update={"winner": r is winner, "also_works": r.id in judged.also}) for r in results]
     return Decision(node=node, goto=winner.then, when=f"{winner.id} works best", figures=figures,
                     candidates=results, confidence=judged.confidence, errors=errors)
+
+
+def _beaten_by(read, works: str, leads_to_a_cause: bool, read_later: bool, lower: list[str]) -> bool:
+    """Outranked by a lower tier among `lower` that works (judge/differential.outranked)."""
+    return outranked(leads_to_a_cause=leads_to_a_cause, read_later=read_later,
+                     lower_tier_works=[read(c, works) for c in lower])
 
 
 def _ended(candidate: CandidateResult, read, spec: DifferentialNode) -> CandidateResult:

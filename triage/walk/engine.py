@@ -109,9 +109,6 @@ def lookup(node: str, name: str, facts: SetupFacts, runs: dict[str, ExperimentRu
 Journal = Callable[[Walk], None]
 
 
-Journal = Callable[[Walk], None]
-
-
 class Walker:
     """One walk of a playbook over one session. What it has measured and decided so far is its state
     (`runs`, `outcomes`, `decisions`, `path`); `walk()` goes node by node from the entry to a leaf."""
@@ -157,15 +154,19 @@ class Walker:
         if self.deadline is not None and current_ranks().any(time.perf_counter() >= self.deadline):
             raise CeilingReached(run_id, None)
         self.listener.started(run_id, self.playbook.experiments[run_id], title)
-        same = self.measurer.same_as(run_id, self.runs, self.facts.has_val)
-        if same is not None:  # from the same snapshot and seed: the very figures, not worth a second run
-            run, outcome = self.runs[same].model_copy(update={
-                "node": run_id, "params": self.playbook.params[run_id].model_dump(mode="json"), "seconds": 0.0,
-                "same_as": same}), self.outcomes[same]
-        else:
-            run, outcome = self.measurer.run(run_id, self.outcomes, self.listener)
+        run, outcome = self._measured_before(run_id) or self.measurer.run(run_id, self.outcomes, self.listener)
         self.record(run, outcome)
         return run
+
+    def _measured_before(self, run_id: str) -> Optional[tuple[ExperimentRun, Optional[Outcome]]]:
+        """An earlier node's figures where it measured exactly what `run_id` would (from the same snapshot and
+        seed: the very figures, not worth a second run)."""
+        same = self.measurer.same_as(run_id, self.runs, self.facts.has_val)
+        if same is None:
+            return None
+        return self.runs[same].model_copy(update={
+            "node": run_id, "params": self.playbook.params[run_id].model_dump(mode="json"), "seconds": 0.0,
+            "same_as": same}), self.outcomes[same]
 
     def measure_in_copy(self, run_id: str, new: dict[str, Outcome]) -> tuple[ExperimentRun, Optional[Outcome]]:
         """What a forked copy does for one candidate: its own copy of `outcomes`, brought up to date."""
@@ -175,8 +176,17 @@ class Walker:
             self.outcomes[run_id] = outcome
         return run, outcome
 
+    def measure_ahead(self, run_id: str, abandon: Callable[[], bool]) -> tuple[ExperimentRun, Optional[Outcome]]:
+        """A candidate measured before it is known to be wanted (differential.decide): not recorded, and
+        stopped (Abandoned) once `abandon` says it is outranked."""
+        if self.deadline is not None and current_ranks().any(time.perf_counter() >= self.deadline):
+            raise CeilingReached(run_id, None)
+        return self._measured_before(run_id) or self.measurer.run(run_id, self.outcomes, SilentListener(),
+                                                                  abandon=abandon)
+
     def new_pool(self) -> Candidates:
-        return self.measurer.pool(self.measure, self.measure_in_copy, self.record, self.outcomes, self.listener)
+        return self.measurer.pool(self.measure, self.measure_in_copy, self.record, self.outcomes, self.listener,
+                                  self.measure_ahead)
 
     def walk(self) -> Walk:
         """From the entry to a leaf. Ctrl-C ends it with status "interrupted"; a rank that fails, or the

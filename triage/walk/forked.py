@@ -22,17 +22,24 @@ from typing import Any, Callable, Optional, Protocol
 
 import torch
 
+from triage.experiments.base import Abandoned
 from triage.forks import POLL_S, STUCK_S, Forked
+from triage.walk.stops import CeilingReached
 
 log = logging.getLogger(__name__)
 
 
 class Candidates(Protocol):
     """How the engine has its candidates measured: `submit` one (`done(run)` is called once it is
-    recorded), `wait` until those named are recorded, `close` at the end of the differential."""
+    recorded), `wait` until those named are recorded, `close` at the end of the differential. While the
+    copy measures candidates that may outrank one, that one may be measured `ahead` here, unrecorded, and
+    `adopt`ed once it is known to be wanted (`measuring`: which of those named are still being measured)."""
 
     def submit(self, cid: str, title: Optional[str], done: Callable[[Any], None]) -> None: ...
     def wait(self, ids: list[str]) -> None: ...
+    def measuring(self, ids: list[str]) -> list[str]: ...
+    def ahead(self, cid: str, outranked: Callable[[], bool]) -> Optional[tuple[Any, Any]]: ...
+    def adopt(self, cid: str, title: Optional[str], measured: tuple[Any, Any], done: Callable[[Any], None]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -48,6 +55,14 @@ class OneByOne:
     def wait(self, ids) -> None:
         pass
 
+    def measuring(self, ids) -> list[str]:
+        return []  # each is measured at once
+
+    def ahead(self, cid, outranked):
+        raise RuntimeError("one by one, nothing is measuring while a candidate waits")
+
+    adopt = ahead
+
     def close(self) -> None:
         pass
 
@@ -59,9 +74,10 @@ class TwoAtOnce:
     a result the copy sent; `outcomes` is the walk's, read for what the copy lacks."""
 
     def __init__(self, measure, measure_in_copy, record, outcomes: dict[str, Any], listener,
-                 experiments: dict[str, str]) -> None:
+                 experiments: dict[str, str], measure_ahead=None) -> None:
         self.measure, self.record, self.outcomes, self.listener, self.experiments = (
             measure, record, outcomes, listener, experiments)
+        self.measure_ahead = measure_ahead  # (cid, abandon) -> (run, outcome), unrecorded
         self.known = set(outcomes)  # what the copy has: everything measured before it was made
         self.pending: dict[str, tuple[Optional[str], Callable]] = {}  # title, done
         self.threads = torch.get_num_threads()
@@ -89,6 +105,34 @@ class TwoAtOnce:
     def wait(self, ids) -> None:
         while any(i in self.pending for i in ids):
             self._collect(block=True)
+
+    def measuring(self, ids) -> list[str]:
+        return [i for i in ids if i in self.pending]
+
+    def ahead(self, cid, outranked) -> Optional[tuple[Any, Any]]:
+        """`cid` measured here while the copy measures what may outrank it, unrecorded; None where the copy's
+        answer, looked at between its steps, outranked it (it stopped there). A ceiling met while recording
+        the copy's answer stops it too, and is raised once it has stopped."""
+        reached: list[Exception] = []
+
+        def abandon() -> bool:
+            try:
+                self._collect(block=False)
+            except CeilingReached as exc:  # (record() raises it) not inside the candidate measured here
+                reached.append(exc)
+            return bool(reached) or outranked()
+        try:
+            return self.measure_ahead(cid, abandon)
+        except Abandoned:
+            if reached:
+                raise reached[0] from None
+            return None
+
+    def adopt(self, cid, title, measured, done) -> None:
+        """A candidate measured `ahead`, recorded (and shown) as if measured now."""
+        self.listener.started(cid, self.experiments[cid], title)
+        self.record(*measured)
+        done(measured[0])
 
     def _collect(self, block: bool) -> None:
         if self.copy is None or self.copy.busy is None:

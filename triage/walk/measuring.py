@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from triage.experiments import Context, NotApplicable, Outcome, Params
+from triage.experiments.base import Abandoned
 from triage.experiments.verify import judged
 from triage.outcomes.replay import ReplayOutcome
 from triage.load.ranks import current as current_ranks
@@ -45,19 +46,21 @@ class Measurer:
         """An earlier node that measured exactly what `node` would (the same figures, not worth a second run)."""
         return _same_measurement(self.playbook, node, runs, has_val)
 
-    def run(self, node: str, outcomes: dict[str, Outcome], listener: Listener) -> tuple[ExperimentRun, Optional[Outcome]]:
+    def run(self, node: str, outcomes: dict[str, Outcome], listener: Listener,
+            abandon: Optional[Callable[[], bool]] = None) -> tuple[ExperimentRun, Optional[Outcome]]:
         return run_experiment(self.session, self.playbook, node, outcomes, listener, self.deadline,
-                              race=node in self.raced, racing=self.racing)
+                              race=node in self.raced, racing=self.racing, abandon=abandon)
 
     def pool(self, measure: Callable[[str, Optional[str]], ExperimentRun], measure_in_copy, record,
-             outcomes: dict[str, Outcome], listener: Listener) -> Candidates:
+             outcomes: dict[str, Outcome], listener: Listener, measure_ahead=None) -> Candidates:
         """How a differential's candidates are measured: two at a time in a forked copy where that is safe
         (each on one torch thread: the figures of one at a time on one thread), else one by one."""
         session = self.session
         if self.parallel and can_fork(session.device, current_ranks().world_size,
                                       training_state_bytes(session.setup.model, session.setup.optimizer)):
             try:
-                return TwoAtOnce(measure, measure_in_copy, record, outcomes, listener, self.playbook.experiments)
+                return TwoAtOnce(measure, measure_in_copy, record, outcomes, listener, self.playbook.experiments,
+                                 measure_ahead)
             except OSError as exc:
                 log.warning("no second process for the candidates (%s); measuring them one by one", exc)
         return OneByOne(measure)
@@ -65,23 +68,28 @@ class Measurer:
 
 def run_experiment(session: Session, playbook: Playbook, node: str, outcomes: dict[str, Outcome],
                    listener: Listener, deadline: Optional[float] = None,
-                   race: bool = False, racing: bool = False) -> tuple[ExperimentRun, Optional[Outcome]]:
+                   race: bool = False, racing: bool = False,
+                   abandon: Optional[Callable[[], bool]] = None) -> tuple[ExperimentRun, Optional[Outcome]]:
     """Run the experiment of a run node or a candidate (`node` is its id) from the restored snapshot.
     `deadline` (time.perf_counter()) is the walk's ceiling: an experiment still running then is cut
     (status "timeout"); None, it runs to its last step. `race`: its replays may stop once out of
-    contention (Context.race); `racing`: racing is on in this walk (Context.racing)."""
+    contention (Context.race); `racing`: racing is on in this walk (Context.racing); `abandon`: asked between
+    replay steps, True once its figures are no longer wanted (Context.abandon: the replay raises Abandoned,
+    which this lets through)."""
     name = playbook.experiments[node]
     experiment = playbook.registry.get(name)
     params = playbook.params[node]
     session.restore()
     left = max(0.0, deadline - time.perf_counter()) if deadline is not None else None
     ctx = Context(session=session, budget_s=left, outcomes=dict(outcomes), progress=listener.progress,
-                  params=playbook.params, race=race, racing=racing)
+                  params=playbook.params, race=race, racing=racing, abandon=abandon)
     outcome, status, error = None, "ok", None
     anomaly_was_on = torch.is_anomaly_enabled()
     t0 = time.perf_counter()
     try:
         outcome = judged_outcome(experiment.measure(ctx, params), params)
+    except Abandoned:
+        raise
     except NotApplicable as reason:
         status, error = "not_applicable", str(reason)
         log.info("experiment %s at node %s does not apply: %s", name, node, reason)
