@@ -545,3 +545,40 @@ def test_a_clip_that_holds_every_step_back_is_blamed_before_the_lr_that_outgrows
     report, _ = triage.run(setup, path, out=tmp_path / "report")
     assert report.root_cause == "clipping_too_aggressive", (report.root_cause, report.path)
     assert report.path[-3:] == ["higher_lr_over_a_stall", "no_clip_checked_long", "clipping_too_aggressive_over_lr"]
+
+
+def penalised_regressor() -> triage.Setup:
+    """A regressor whose loss adds a penalty on the gradient of its output with respect to its input (WGAN-GP's
+    and double backprop's autograd.grad inside the loss): the loss cannot be evaluated under torch.no_grad."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(8, 1, generator=g)
+    batches = []
+    for _ in range(24):
+        x = torch.randn(64, 8, generator=g)
+        batches.append((x, x @ w + 0.1 * torch.randn(64, 1, generator=g)))
+
+    def loss_fn(model, batch):
+        x, y = batch
+        x = x.clone().requires_grad_(True)
+        out = model(x)
+        (slope,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+        return F.mse_loss(out, y) + 0.01 * slope.pow(2).sum(dim=1).mean()
+    return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-2), loss_fn=loss_fn,
+                        batches=batches)
+
+
+def test_a_loss_that_differentiates_inside_itself_is_read_without_gradients_too(tmp_path):
+    """Was: `triage run` exited 1 with torch's "element 0 of tensors does not require grad" from the loss levels
+    (the loss read under no_grad). Now the loss runs with gradients on where triage reads it, from the same RNG
+    state, and gives the value it gives in training."""
+    from tests._instrument_runs import session_of
+    from tests._instrument_runs import train_and_triage
+
+    session = session_of(penalised_regressor)
+    with torch.no_grad():
+        read = float(session.setup.loss_fn(session.setup.model, session.batches[0]))
+    assert read == float(session.setup.loss_fn(session.setup.model, session.batches[0]))
+    report = train_and_triage(tmp_path, penalised_regressor, 30)
+    assert report.root_cause == "healthy", (report.root_cause, report.confidence)

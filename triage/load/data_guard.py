@@ -23,6 +23,7 @@ import torch
 
 from triage.batches import map_tensors, named_tensors
 from triage.contract import Setup
+from triage.load.snapshot import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,10 @@ class _Guarded:
     def __init__(self, fn: Callable[..., Any], name: str, guard: DataGuard) -> None:
         self.fn, self.name, self.guard = fn, name, guard
         self.__wrapped__ = fn  # inspect.unwrap and friends see the user's function
+        # A loss that differentiates inside itself (a gradient penalty on its inputs, a PINN's derivatives)
+        # cannot run where triage reads a loss without gradients (torch.no_grad): once it has needed them,
+        # it gets them in every call (its value is the same; only the graph it builds is kept a little longer).
+        self.needs_grad = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not args:
@@ -104,7 +109,7 @@ class _Guarded:
         working = copy_batch(batch)
         check = self.guard.should_check(self.name)
         try:
-            result = self.fn(*head, working, **kwargs)
+            result, working = self._called(head, batch, working, kwargs)
         except Exception as exc:
             if hasattr(exc, "add_note"):
                 exc.add_note(f"triage: {self.name} raised on {self.guard.where(batch)}")
@@ -114,6 +119,24 @@ class _Guarded:
             if changes:
                 self.guard.record(self.name, batch, changes)
         return result
+
+    def _called(self, head: list, batch: Any, working: Any, kwargs: dict) -> tuple[Any, Any]:
+        """The user's function on `working`; under no_grad, where it raises, once more with gradients on
+        (from the same RNG state and a fresh copy): a second failure is the user's own error."""
+        if torch.is_grad_enabled() or self.needs_grad:
+            with torch.enable_grad():
+                return self.fn(*head, working, **kwargs), working
+        state = rng_state()
+        try:
+            return self.fn(*head, working, **kwargs), working
+        except RuntimeError:
+            set_rng_state(state)
+            working = copy_batch(batch)
+            with torch.enable_grad():
+                result = self.fn(*head, working, **kwargs)
+            self.needs_grad = True
+            log.info("%s differentiates inside itself: it runs with gradients on where triage reads it", self.name)
+            return result, working
 
     def __getattr__(self, name: str) -> Any:  # the user's callable may be an object with attributes
         fn = self.__dict__.get("fn")
