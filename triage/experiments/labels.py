@@ -16,10 +16,11 @@ from triage.experiments.label_shift import measure_shift
 from triage.experiments.levels import regression_target
 from triage.experiments.loss_inputs import loss_broadcast
 from triage.experiments.sequence_targets import distinct_inputs, target_lift, token_bags
-from triage.batches import named_tensors
+from triage.batches import named_tensors, to_device
 from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, loss_reads, model_output
 from triage.outcomes.labels import NEIGHBOURS, LabelCheckOutcome
 from triage.judge.readings import class_ordered
+from triage.experiments.training import autocast, untouched_buffers_and_rng
 
 
 class LabelCheckParams(Params):
@@ -50,6 +51,11 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     if labels.numel() == 0:
         return LabelCheckOutcome(is_classification=True, num_classes=k, target_broadcast=broadcast)
     counts = torch.unique(labels, return_counts=True)[1]  # not bincount: one label of 1e9 would need GBs
+    read_as_indices = _out_of_range_read(ctx, targets, k, p.ignore_index)
+    if read_as_indices is False and counts.numel() > labels.numel() / 2:
+        # The loss ran on values no class index can take, nearly one per example: an example's id, not a label.
+        return LabelCheckOutcome(is_classification=False, knn_target_correlation=_knn_target_correlation(batches, p),
+                                 target_broadcast=broadcast, out_of_range_read=False)
     distinct = int(counts.numel())
     single_batches = sum(int(t.unique().numel()) == 1 for t in per_batch if t.numel())
     single_batch_fraction = single_batches / max(1, sum(1 for t in per_batch if t.numel()))
@@ -67,6 +73,7 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
         target_ambiguous=len(read) > 1,
         label_min=int(labels.min()), label_max=int(labels.max()), labels_seen=int(labels.numel()),
         out_of_range_count=int(((labels < 0) | (labels >= k)).sum()),
+        out_of_range_read=read_as_indices,
         distinct_labels=distinct, single_class=distinct == 1,
         majority_fraction=float(frequencies.max()),
         single_class_batch_fraction=single_batch_fraction,
@@ -84,6 +91,28 @@ def _paired(targets: torch.Tensor, logits: torch.Tensor) -> bool:
     if targets.dim() == 0:
         return False
     return targets.shape[0] == logits.shape[0] or targets.numel() * logits.shape[-1] == logits.numel()
+
+
+def _out_of_range_read(ctx: Context, targets: list, k: int, ignore_index: int) -> Optional[bool]:
+    """Whether the run's loss raises on the first snapshot batch holding a label < 0 or >= K (None: none does).
+    A loss that reads its labels as class indices cannot run on one; one that ran reads them otherwise."""
+    session = ctx.session
+    for batch, t in zip(session.batches, targets):
+        if t is None:
+            continue
+        kept = t.reshape(-1)[t.reshape(-1) != ignore_index]
+        if not bool(((kept < 0) | (kept >= k)).any()):
+            continue
+        try:
+            with torch.no_grad(), untouched_buffers_and_rng(session.setup.model), \
+                    autocast(session.setup.precision, session.device):
+                session.setup.loss_fn(session.setup.model, to_device(batch, session.device))
+        except Exception:  # noqa: BLE001  (whatever it raises: it could not take the label)
+            return True
+        finally:
+            ctx.restart()
+        return False
+    return None
 
 
 def _name_of(batch, tensor) -> Optional[str]:
