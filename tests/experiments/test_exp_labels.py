@@ -34,6 +34,45 @@ def test_labels_beyond_the_logits_are_counted():
     out = _outcome(batches)  # cross_entropy itself would raise on these; the check must not
     assert out.num_classes == 10 and out.label_max == 12
     assert out.out_of_range_count == nines > 0
+    assert out.out_of_range_read is True  # the run's cross_entropy raises on them: read as class indices
+
+
+def test_grades_the_loss_turns_into_levels_are_not_out_of_range_for_it():
+    """CORAL: grades 0..9 against 9 logits, each grade made into 9 binary levels (grade > j) for a BCE. Grade 9 is
+    "out of range" for 9 logits, yet the loss runs on it: it does not read grades as class indices."""
+    import torch.nn.functional as F
+
+    def coral(model, batch):
+        x, grade = batch
+        levels = (grade[:, None] > torch.arange(9)[None, :]).float()
+        return F.binary_cross_entropy_with_logits(model(x), levels)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 9))
+    setup = classifier_setup(batches=digits(4))
+    out = run(LABEL_CHECK, session_of(lambda: setup.model_copy(update={"model": model, "loss_fn": coral,
+                                                                       "optimizer": torch.optim.SGD(model.parameters(), lr=0.1)})))
+    assert out.is_classification and out.num_classes == 9 and out.out_of_range_count > 0
+    assert out.out_of_range_read is False
+
+
+def test_an_example_id_the_loss_reads_is_not_a_label():
+    """Multi-label targets (multi-hot floats) and each example's id, which the loss reads (a per-example weight
+    table): the id is the only integer tensor the loss reads, it runs past the logits and the loss runs on it,
+    nearly one value per example: an id, not class labels (was: label_bug, "out of range count 1784")."""
+    import torch.nn.functional as F
+
+    weights = torch.ones(2048)
+    batches, start = [], 0
+    for x, y in digits(4):
+        batches.append({"x": x, "y": F.one_hot(y, 10).float(), "idx": torch.arange(start, start + len(y))})
+        start += len(y)
+
+    def weighted(model, batch):
+        per = F.binary_cross_entropy_with_logits(model(batch["x"]), batch["y"], reduction="none").mean(dim=1)
+        return (per * weights[batch["idx"]]).mean()
+    setup = classifier_setup(batches=digits(4))
+    out = run(LABEL_CHECK, session_of(lambda: setup.model_copy(update={"loss_fn": weighted, "batches": batches})))
+    assert not out.is_classification and out.out_of_range_count == 0 and out.out_of_range_read is False
+
 
 
 def test_padding_labels_are_not_out_of_range():
