@@ -164,8 +164,10 @@ def _share(part: dict) -> str:
 def programs_results() -> str:
     rows = []
     for name, body in _programs_files():
-        splits = ("tune", "heldout", "every program") if body["summary"]["heldout"]["runs"] else ("tune",)
-        for split in splits:  # a file of the tune split alone (a tuned figure) has no held-back part
+        # Each split the file holds runs of (a tuned figure of the tune split alone has no held-back part), and
+        # all of them together where it holds more than one.
+        splits = [s for s, f in body["summary"].items() if s != "every program" and f["runs"]]
+        for split in splits + (["every program"] if len(splits) > 1 else []):
             f = body["summary"][split]
             rows.append([f"`{name}.json`", split, f"{f['runs']} ({f['programs']})", _share(f["top1"]),
                          _share(f["high"]), _share(f["medium"]), _share(f["low"]),
@@ -176,7 +178,7 @@ def programs_results() -> str:
 
 
 def programs_kinds() -> str:
-    files = _programs_files()
+    files = [(name, body) for name, body in _programs_files() if body["summary"]["tune"]["runs"]]
     kinds = sorted({kind for _, body in files for kind in body["summary"]["tune"]["by_kind"]})
     rows = [[kind] + [_share(body["summary"]["tune"]["by_kind"].get(kind, {"right": 0, "of": 0}))
                       for _, body in files] for kind in kinds]
