@@ -54,6 +54,23 @@ def test_grades_the_loss_turns_into_levels_are_not_out_of_range_for_it():
     assert out.out_of_range_read is False
 
 
+def test_a_mask_saved_as_0_255_handed_to_a_binary_cross_entropy_is_read_out_of_range():
+    """Binary labels saved as 0/255 and scored by BCE with logits: the loss runs on them, but a binary
+    cross-entropy's target is a probability, and 255 is none."""
+    import torch.nn.functional as F
+
+    batches = [(x, (y % 2) * 255) for x, y in digits(4)]
+
+    def bce(model, batch):
+        x, y = batch
+        return F.binary_cross_entropy_with_logits(model(x)[:, 1], y.float())
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 2))
+    setup = classifier_setup(batches=batches)
+    out = run(LABEL_CHECK, session_of(lambda: setup.model_copy(update={"model": model, "loss_fn": bce,
+                                                                       "optimizer": torch.optim.SGD(model.parameters(), lr=0.1)})))
+    assert out.is_classification and out.out_of_range_count > 0 and out.out_of_range_read is True
+
+
 def test_an_example_id_the_loss_reads_is_not_a_label():
     """Multi-label targets (multi-hot floats) and each example's id, which the loss reads (a per-example weight
     table): the id is the only integer tensor the loss reads, it runs past the logits and the loss runs on it,

@@ -14,7 +14,7 @@ from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.fingerprint import graph_membership
 from triage.experiments.label_shift import measure_shift
 from triage.experiments.levels import regression_target
-from triage.experiments.loss_inputs import loss_broadcast
+from triage.experiments.loss_inputs import binary_targets, loss_broadcast
 from triage.experiments.sequence_targets import distinct_inputs, target_lift, token_bags
 from triage.batches import named_tensors, to_device
 from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, loss_reads, model_output
@@ -94,8 +94,9 @@ def _paired(targets: torch.Tensor, logits: torch.Tensor) -> bool:
 
 
 def _out_of_range_read(ctx: Context, targets: list, k: int, ignore_index: int) -> Optional[bool]:
-    """Whether the run's loss raises on the first snapshot batch holding a label < 0 or >= K (None: none does).
-    A loss that reads its labels as class indices cannot run on one; one that ran reads them otherwise."""
+    """Whether the run's loss, on the first snapshot batch holding a label < 0 or >= K, raises or hands a binary
+    cross-entropy a target outside [0, 1] (None: no label is out of range). A loss that reads its labels as class
+    indices cannot run on one, nor can a probability be 255; a loss that ran otherwise reads them otherwise."""
     session = ctx.session
     for batch, t in zip(session.batches, targets):
         if t is None:
@@ -104,14 +105,14 @@ def _out_of_range_read(ctx: Context, targets: list, k: int, ignore_index: int) -
         if not bool(((kept < 0) | (kept >= k)).any()):
             continue
         try:
-            with torch.no_grad(), untouched_buffers_and_rng(session.setup.model), \
+            with binary_targets() as beyond, torch.no_grad(), untouched_buffers_and_rng(session.setup.model), \
                     autocast(session.setup.precision, session.device):
                 session.setup.loss_fn(session.setup.model, to_device(batch, session.device))
         except Exception:  # noqa: BLE001  (whatever it raises: it could not take the label)
             return True
         finally:
             ctx.restart()
-        return False
+        return bool(beyond)
     return None
 
 

@@ -88,6 +88,26 @@ def paired_losses() -> Iterator[list[str]]:
         yield found
 
 
+BINARY_LOSSES = ("binary_cross_entropy", "binary_cross_entropy_with_logits")
+
+
+@contextlib.contextmanager
+def binary_targets() -> Iterator[list[str]]:
+    """Within: every call of a binary cross-entropy handed a target outside [0, 1] (a mask saved as 0/255) is
+    described in the list."""
+    found: list[str] = []
+
+    def wrapped(name, original):
+        def call(input, target, *args, **kwargs):
+            if isinstance(target, torch.Tensor) and target.numel() and bool(((target < 0) | (target > 1)).any()):
+                found.append(f"{name}: target in [{float(target.min()):g}, {float(target.max()):g}]")
+            return original(input, target, *args, **kwargs)
+        return call
+
+    with _wrapped(BINARY_LOSSES, wrapped):
+        yield found
+
+
 @contextlib.contextmanager
 def _wrapped(names: tuple[str, ...], wrap: Callable) -> Iterator[None]:
     """torch.nn.functional's `names` replaced by wrap(name, original) while inside, put back on exit."""

@@ -56,11 +56,12 @@ class LabelCheckOutcome(LabelShift):
         default=0, description="Labels < 0 or >= K.",
         json_schema_extra={"words": "out of range count"})
     out_of_range_read: Optional[bool] = Field(
-        default=None, description="The run's loss raised on the first snapshot batch holding a label out of range: "
-                                  "it reads the labels as class indices (cross_entropy, nll_loss, a gather, "
-                                  "one_hot all raise on one). False: it ran, so it reads them otherwise (an ordinal "
-                                  "grade turned into levels, an example id). None: no label out of range.",
-        json_schema_extra={"words": "loss raised on an out-of-range label"})
+        default=None, description="The run's loss raised on the first snapshot batch holding a label out of range "
+                                  "(it reads the labels as class indices: cross_entropy, nll_loss, a gather, "
+                                  "one_hot all raise on one), or handed a binary cross-entropy a target outside "
+                                  "[0, 1] (a mask saved as 0/255). False: it ran, so it reads them otherwise (an "
+                                  "ordinal grade turned into levels, an example id). None: no label out of range.",
+        json_schema_extra={"words": "loss could not take an out-of-range label"})
     distinct_labels: int = Field(default=0, json_schema_extra={"words": "distinct labels"})
     single_class: bool = Field(default=False, json_schema_extra={"words": "single class"})
     majority_fraction: Optional[float] = Field(
