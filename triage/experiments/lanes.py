@@ -113,7 +113,7 @@ class _Lanes:
                 self._here(index, self._bar(index))
             elif self.in_copy is not None:
                 self._collect(block=True)
-            else:  # every trial started has finished or was dropped: the search has settled
+            else:  # cannot be: a trial not finished is in the copy, to redo, or dropped once the search settled
                 raise RuntimeError("a search's trials two at a time lost track of its trials")
 
     def _ordered(self) -> Trials:

@@ -80,6 +80,7 @@ class TwoAtOnce:
         self.measure_ahead = measure_ahead  # (cid, abandon) -> (run, outcome), unrecorded
         self.known = set(outcomes)  # what the copy has: everything measured before it was made
         self.pending: dict[str, tuple[Optional[str], Callable]] = {}  # title, done
+        self.orphans: list[str] = []  # pending candidates a lost copy owed, to measure here
         self.threads = torch.get_num_threads()
         torch.set_num_threads(1)  # the copy inherits it
         try:
@@ -90,6 +91,7 @@ class TwoAtOnce:
 
     def submit(self, cid, title, done) -> None:
         self._collect(block=False)
+        self._measure_orphans()
         if self.copy is not None and self.copy.busy is None:
             new = {k: v for k, v in self.outcomes.items() if k not in self.known}
             try:
@@ -103,8 +105,10 @@ class TwoAtOnce:
         done(self.measure(cid, title))
 
     def wait(self, ids) -> None:
+        self._measure_orphans()
         while any(i in self.pending for i in ids):
             self._collect(block=True)
+            self._measure_orphans()
 
     def measuring(self, ids) -> list[str]:
         return [i for i in ids if i in self.pending]
@@ -143,26 +147,35 @@ class TwoAtOnce:
             if not block:
                 return
             if self.copy.stuck():  # a lock held across the fork, say
-                del self.pending[cid]
-                self._lost(TimeoutError(f"no answer for '{cid}' and no CPU time used in {STUCK_S:.0f} s"))
-                done(self.measure(cid, title))
+                self._lost(TimeoutError(f"no answer for '{cid}' and no CPU time used in {STUCK_S:.0f} s"), cid)
                 return
-        del self.pending[cid]
         try:
             run, outcome = self.copy.receive()
         except Exception as exc:  # noqa: BLE001  (it died before it answered, or its answer is unreadable)
-            self._lost(exc)
-            done(self.measure(cid, title))
+            self._lost(exc, cid)
+            if block:
+                self._measure_orphans()
             return
+        del self.pending[cid]
         self.listener.started(cid, self.experiments[cid], title)
         self.record(run, outcome)
         self.known.add(cid)
         done(run)
 
-    def _lost(self, exc: Exception) -> None:
+    def _lost(self, exc: Exception, cid: Optional[str] = None) -> None:
+        """The copy is gone; `cid`, the candidate it owed, is measured here, but never from inside another
+        candidate's steps (TwoAtOnce.ahead looks at the copy there): at the next wait or submit."""
         log.warning("the forked copy measuring candidates ended (%s); measuring them here instead", exc)
         self.copy.close()
         self.copy = None
+        if cid is not None:
+            self.orphans.append(cid)
+
+    def _measure_orphans(self) -> None:
+        while self.orphans:
+            cid = self.orphans.pop(0)
+            title, done = self.pending.pop(cid)
+            done(self.measure(cid, title))
 
     def close(self) -> None:
         if self.copy is not None:
