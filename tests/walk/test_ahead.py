@@ -16,22 +16,29 @@ from triage.walk import forked
 pytestmark = pytest.mark.skipif(not forks.can_fork(torch.device("cpu"), 1), reason="the forked copy needs Linux and two cores")
 
 
+def both_ways(tmp_path, name: str):
+    """The zoo example `name` triaged with no speed machinery, then with it on one torch thread (as `triage run`
+    on one thread: the searches' trials two at a time too): (plain, fast)."""
+    checkpoint = load_example(name).write_checkpoint(tmp_path / "c.pt")
+    entry = f"{example_path(name)}:setup"
+    plain, _ = triage.run(entry, checkpoint, out=tmp_path / "off", speedups=triage.Speedups.none())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        fast, _ = triage.run(entry, checkpoint, out=tmp_path / "on", speedups=triage.Speedups(draw_ahead=False))
+    finally:
+        torch.set_num_threads(threads)
+    return plain, fast
+
+
 @pytest.mark.parametrize("name", ["frozen_parameters", "numerical_instability", "lr_too_low"])
 def test_measured_ahead_the_walk_decides_what_it_decides_one_at_a_time(tmp_path, monkeypatch, caplog, name):
     aheads = []
     ahead = forked.TwoAtOnce.ahead
     monkeypatch.setattr(forked.TwoAtOnce, "ahead", lambda self, cid, outranked: (
         aheads.append(cid), ahead(self, cid, outranked))[1])
-    checkpoint = load_example(name).write_checkpoint(tmp_path / "c.pt")
-    entry = f"{example_path(name)}:setup"
-    plain, _ = triage.run(entry, checkpoint, out=tmp_path / "off", speedups=triage.Speedups.none())
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as `triage run` on one thread: the searches' trials two at a time too
-    try:
-        with caplog.at_level(logging.WARNING):
-            fast, _ = triage.run(entry, checkpoint, out=tmp_path / "on", speedups=triage.Speedups(draw_ahead=False))
-    finally:
-        torch.set_num_threads(threads)
+    with caplog.at_level(logging.WARNING):
+        plain, fast = both_ways(tmp_path, name)
     assert aheads, "no candidate was measured ahead"
     assert not [r for r in caplog.records if "instead" in r.getMessage()], "a forked copy was lost"
     assert (fast.root_cause, fast.confidence, fast.path) == (plain.root_cause, plain.confidence, plain.path)
@@ -65,14 +72,6 @@ def test_a_copy_that_dies_while_a_candidate_is_measured_ahead_costs_only_time(tm
     monkeypatch.setattr(engine.Walker, "measure_ahead", measured_ahead)
     monkeypatch.setattr(engine.Walker, "measure", lambda self, run_id, title: (
         nested.extend(inside), measure(self, run_id, title))[1])
-    checkpoint = load_example(name).write_checkpoint(tmp_path / "c.pt")
-    entry = f"{example_path(name)}:setup"
-    plain, _ = triage.run(entry, checkpoint, out=tmp_path / "off", speedups=triage.Speedups.none())
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        fast, _ = triage.run(entry, checkpoint, out=tmp_path / "on", speedups=triage.Speedups(draw_ahead=False))
-    finally:
-        torch.set_num_threads(threads)
+    plain, fast = both_ways(tmp_path, name)
     assert nested == [], f"a candidate was measured inside {nested}"
     assert (fast.root_cause, fast.confidence, fast.path) == (plain.root_cause, plain.confidence, plain.path)
