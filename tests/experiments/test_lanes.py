@@ -133,3 +133,28 @@ def test_the_copy_never_asks_this_process_whether_to_stop(tmp_path):
         torch.set_num_threads(threads)
     assert len(out.trials) >= 4
     assert set(asked.read_text().split()) == {str(os.getpid())}
+
+
+def test_a_trial_that_raises_ahead_of_a_settled_search_is_not_its_error():
+    """One at a time, a search that settles after its first trial never runs the second: that the second raised
+    while measured ahead is no error of the search's. Where the search reaches it, its error is the search's."""
+    import time
+
+    def measure(ctx, setting, bar):
+        if setting == "second":
+            raise ValueError("the second trial's loss is NaN")
+        time.sleep(0.3)
+        return f"{setting} done"
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with using(Speedups(draw_ahead=False)):
+            ctx = context(lambda: mlp_setup(lr=1e-3))
+            settled = lanes.run_trials(ctx, ["first", "second"], measure, lambda t, s: None,
+                                       lambda trials: trials[0][0] == "first")
+            with pytest.raises(ValueError, match="second trial"):
+                lanes.run_trials(ctx, ["first", "second"], measure, lambda t, s: None, lambda trials: False)
+    finally:
+        torch.set_num_threads(threads)
+    assert settled == [("first", "first done")]

@@ -582,3 +582,20 @@ def test_a_loss_that_differentiates_inside_itself_is_read_without_gradients_too(
     assert read == float(session.setup.loss_fn(session.setup.model, session.batches[0]))
     report = train_and_triage(tmp_path, penalised_regressor, 30)
     assert report.root_cause == "healthy", (report.root_cause, report.confidence)
+
+
+def test_a_loss_that_fails_on_its_own_is_called_once_and_its_error_is_its_own():
+    """The retry with gradients on is for autograd's own complaint only: any other error, raised as it is."""
+    from tests._instrument_runs import session_of
+
+    calls = []
+
+    def broken(model, batch):
+        calls.append(1)
+        x, y = batch
+        return F.mse_loss(model(x), y[:3])  # shapes that do not match: the user's bug
+    session = session_of(lambda: penalised_regressor().model_copy(update={"loss_fn": broken}))
+    calls.clear()
+    with torch.no_grad(), pytest.raises(RuntimeError) as raised:
+        session.setup.loss_fn(session.setup.model, session.batches[0])
+    assert len(calls) == 1 and "does not require grad" not in str(raised.value)

@@ -94,16 +94,15 @@ def _paired(targets: torch.Tensor, logits: torch.Tensor) -> bool:
 
 
 def _out_of_range_read(ctx: Context, targets: list, k: int, ignore_index: int) -> Optional[bool]:
-    """Whether the run's loss, on the first snapshot batch holding a label < 0 or >= K, raises or hands a binary
-    cross-entropy a target outside [0, 1] (None: no label is out of range). A loss that reads its labels as class
-    indices cannot run on one, nor can a probability be 255; a loss that ran otherwise reads them otherwise."""
+    """Whether the run's loss, on a snapshot batch holding a label < 0 or >= K (up to OUT_OF_RANGE_BATCHES of
+    them), raises or hands a binary cross-entropy a target outside [0, 1]: it reads the labels as class
+    indices or probabilities. False: it ran clean on every one. None: no label is out of range, or the run is
+    not on the CPU (there a CUDA assert on an index would end the walk)."""
     session = ctx.session
-    for batch, t in zip(session.batches, targets):
-        if t is None:
-            continue
-        kept = t.reshape(-1)[t.reshape(-1) != ignore_index]
-        if not bool(((kept < 0) | (kept >= k)).any()):
-            continue
+    holding = [b for b, t in zip(session.batches, targets) if t is not None and _out_of_range(t, k, ignore_index)]
+    if not holding or torch.device(session.device).type != "cpu":
+        return None
+    for batch in holding[:OUT_OF_RANGE_BATCHES]:
         try:
             with binary_targets() as beyond, torch.no_grad(), untouched_buffers_and_rng(session.setup.model), \
                     autocast(session.setup.precision, session.device):
@@ -112,8 +111,17 @@ def _out_of_range_read(ctx: Context, targets: list, k: int, ignore_index: int) -
             return True
         finally:
             ctx.restart()
-        return bool(beyond)
-    return None
+        if beyond:
+            return True
+    return False
+
+
+OUT_OF_RANGE_BATCHES = 8  # batches holding a label out of range that the loss is run on, at most
+
+
+def _out_of_range(t: torch.Tensor, k: int, ignore_index: int) -> bool:
+    kept = t.reshape(-1)[t.reshape(-1) != ignore_index]
+    return bool(((kept < 0) | (kept >= k)).any())
 
 
 def _name_of(batch, tensor) -> Optional[str]:

@@ -68,6 +68,7 @@ class _Lanes:
         self.ctx, self.settings, self.measure, self.bar_of, self.settled = ctx, list(settings), measure, bar, settled
         self.copy: Optional[Forked] = copy
         self.done: dict[int, ReplayOutcome] = {}
+        self.failed: dict[int, Exception] = {}  # raised by a trial here: raised once the search reaches it
         self.started = 0  # trials started, in order
         self.in_copy: Optional[tuple[int, Optional[Bar]]] = None  # the trial the copy measures, and its bar
         self.redo: list[tuple[int, Optional[Bar]]] = []  # trials a lost copy left, to measure here
@@ -104,6 +105,8 @@ class _Lanes:
             stop = self._settled_at(trials, len(trials))
             if stop is not None or len(trials) == len(self.settings):
                 return trials[:stop]
+            if len(trials) in self.failed:  # one at a time, this trial would have raised here too
+                raise self.failed[len(trials)]
             self._feed_copy()
             if self.redo:
                 self._here(*self.redo.pop(0))
@@ -129,7 +132,7 @@ class _Lanes:
 
     def _may_start(self, index: int) -> bool:
         """A trial starts once every trial before it has finished but the one just before (its bar's)."""
-        return index < len(self.settings) and all(i in self.done for i in range(index - 1))
+        return index < len(self.settings) and not self.failed and all(i in self.done for i in range(index - 1))
 
     def _bar(self, index: int) -> Optional[Bar]:
         return self.bar_of(self._ordered()[:max(0, index - 1)], self.settings[index])
@@ -162,6 +165,9 @@ class _Lanes:
         except Abandoned:
             if outer is not None and outer():
                 raise
+            return
+        except Exception as exc:  # noqa: BLE001  (kept: a search that settles before this trial never ran it)
+            self.failed[index] = exc
             return
         finally:
             self.ctx.cut |= trial_ctx.cut

@@ -27,6 +27,8 @@ from triage.load.snapshot import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 
+# What autograd says when a function that takes a gradient itself runs under torch.no_grad().
+NEEDS_GRAD = ("does not require grad", "does not have a grad_fn")
 CHECKED_CALLS = 32  # calls of each callable whose batch copy is compared with the original afterwards
 _PLAIN = (str, bytes, int, float, bool, type(None))
 
@@ -121,15 +123,17 @@ class _Guarded:
         return result
 
     def _called(self, head: list, batch: Any, working: Any, kwargs: dict) -> tuple[Any, Any]:
-        """The user's function on `working`; under no_grad, where it raises, once more with gradients on
-        (from the same RNG state and a fresh copy): a second failure is the user's own error."""
+        """The user's function on `working`; under no_grad, where autograd says it needs gradients, once more
+        with them on (from the same RNG state and a fresh copy)."""
         if torch.is_grad_enabled() or self.needs_grad:
             with torch.enable_grad():
                 return self.fn(*head, working, **kwargs), working
         state = rng_state()
         try:
             return self.fn(*head, working, **kwargs), working
-        except RuntimeError:
+        except RuntimeError as exc:
+            if not any(sign in str(exc) for sign in NEEDS_GRAD):  # the user's own error, raised as it is
+                raise
             set_rng_state(state)
             working = copy_batch(batch)
             with torch.enable_grad():

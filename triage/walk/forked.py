@@ -61,7 +61,8 @@ class OneByOne:
     def ahead(self, cid, outranked):
         raise RuntimeError("one by one, nothing is measuring while a candidate waits")
 
-    adopt = ahead
+    def adopt(self, cid, title, measured, done):
+        raise RuntimeError("one by one, nothing is measured ahead")
 
     def close(self) -> None:
         pass
