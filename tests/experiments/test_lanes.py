@@ -66,6 +66,7 @@ def test_a_trial_is_raced_against_every_trial_before_it_but_the_one_just_before(
     class Lanes(lanes._Lanes):
         def __init__(self):
             self.settings, self.bar_of, self.done = ["a", "b", "c", "d"], bar, {0: None, 1: None, 2: None}
+            self.failed = {}
 
     one = Lanes()
     assert [one._may_start(i) for i in range(5)] == [True, True, True, True, False]
