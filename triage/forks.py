@@ -96,10 +96,10 @@ class Forked:
         os.close(from_parent)
         os.close(to_parent)
         self.pid, self._out, self._in = pid, to_child, from_child
-        _LIVE.add(self)
         self.busy: Optional[str] = None  # the job it is on
         self._cpu: Optional[int] = None  # its CPU time (clock ticks) when last looked at, and when it last grew
         self._active = time.monotonic()
+        _LIVE.add(self)
 
     def send(self, run_id: str, outcomes: dict[str, Any]) -> None:
         _write(self._out, (run_id, outcomes))

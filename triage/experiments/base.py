@@ -31,8 +31,9 @@ class NotApplicable(Exception):
 
 
 class Abandoned(Exception):
-    """Raised by a replay whose Context.abandon says its figures are no longer wanted (a search's trial
-    measured ahead of time, experiments/lanes.py): nothing of it is kept."""
+    """Raised by a replay whose Context.abandon says its figures are no longer wanted (a search's trial or a
+    differential's candidate measured ahead of time: experiments/lanes.py, walk/forked.TwoAtOnce.ahead):
+    nothing of it is kept."""
 
 
 class Params(BaseModel):
@@ -66,7 +67,8 @@ class Context:
     # where another node reads its choice.
     racing: bool = False
     # Asked between a replay's steps: True once its figures are no longer wanted (a search's trial measured
-    # ahead of time, and the search settled before it; experiments/lanes.py). The replay raises Abandoned.
+    # ahead of time, and the search settled before it; a candidate measured while a lower tier that works
+    # outranked it). The replay raises Abandoned.
     abandon: Optional[Callable[[], bool]] = None
 
     def past_budget(self) -> bool:

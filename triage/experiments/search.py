@@ -56,9 +56,7 @@ def lr_search(ctx: Context, p: LrSearchParams) -> LrSearchOutcome:
     def params_at(factor: float) -> ReplayParams:
         return ReplayParams(**{**base, "lr_scale": p.lr_scale * factor})
 
-    def measure(trial_ctx: Context, factor: float, beat) -> ReplayOutcome:
-        trial_ctx.restart()
-        return _trial_replay(trial_ctx, params_at(factor), race=trial_ctx.race, beat=beat)
+    measure = _trial_of(params_at)
 
     def bar(earlier, factor: float):
         return _bar(ctx, params_at(factor), earlier, _lr_setting, factor)
@@ -124,16 +122,21 @@ def init_search(ctx: Context, p: InitSearchParams) -> SearchOutcome:
         return ReplayParams(steps=p.steps, init=init, init_scale=p.init_scale, against=p.against,
                             margin=p.margin, level_margin=p.level_margin, extend_to=p.extend_to)
 
-    def measure(trial_ctx: Context, init: str, beat) -> ReplayOutcome:
-        trial_ctx.restart()
-        return _trial_replay(trial_ctx, params_of(init), race=trial_ctx.race, beat=beat)
-
-    trials = run_trials(ctx, inits, measure, lambda earlier, init: _bar(ctx, params_of(init), earlier,
+    trials = run_trials(ctx, inits, _trial_of(params_of), lambda earlier, init: _bar(ctx, params_of(init), earlier,
                                                                          lambda i: f"init={i}"),
                         lambda so_far: False)  # every init is tried
     init, chosen = judge.choose(trials)
     return SearchOutcome(**chosen.model_dump(), chosen=f"init={init}",
                          trials=[_trial(f"init={i}", o) for i, o in trials])
+
+
+def _trial_of(params_of):
+    """How a search measures the trial at a setting (experiments/lanes.Measure): from the snapshot restored,
+    raced as its context says, against `beat`."""
+    def measure(trial_ctx: Context, setting, beat) -> ReplayOutcome:
+        trial_ctx.restart()
+        return _trial_replay(trial_ctx, params_of(setting), race=trial_ctx.race, beat=beat)
+    return measure
 
 
 def _trial_replay(ctx: Context, params: ReplayParams, **race) -> ReplayOutcome:
