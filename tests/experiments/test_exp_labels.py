@@ -92,6 +92,20 @@ def test_an_example_id_the_loss_reads_is_not_a_label():
 
 
 
+def test_a_class_nothing_reads_is_not_a_label():
+    """SimSiam's batches carry the dataset's class beside two views, and its negative-cosine loss never reads it:
+    the run has no labels (was: a 64-class classifier, its loss at -0.7 read as a classifier's NLL below zero)."""
+    import torch.nn.functional as F
+
+    batches = [((x, x + 0.1 * torch.randn_like(x)), y) for x, y in digits(4)]
+
+    def negative_cosine(model, batch):
+        (view1, view2), _ = batch
+        return -F.cosine_similarity(model(view1), model(view2).detach(), dim=-1).mean()
+    setup = classifier_setup(batches=digits(4))
+    out = run(LABEL_CHECK, session_of(lambda: setup.model_copy(update={"loss_fn": negative_cosine, "batches": batches})))
+    assert not out.is_classification and out.num_classes is None
+
 def test_padding_labels_are_not_out_of_range():
     batches = [(x, torch.where(y == 9, torch.tensor(-100), y)) for x, y in digits(4)]
     out = _outcome(batches)

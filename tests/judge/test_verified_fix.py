@@ -84,6 +84,17 @@ def test_without_a_known_level_the_fix_must_end_below_its_own_start():
     assert not verify(1.0, _Run(True, 2.0), start=0.8, levels=unknown)["fix_works"]
 
 
+
+def test_without_a_known_level_a_fix_that_goes_below_zero_where_the_run_never_did_is_not_better():
+    """A WGAN-GP critic's loss (no level, no floor) at 12.9 as the run was; the critic at lr x1000 drives its
+    scores apart and ends at -13.6: lower, not better. Where the run itself ends below zero, lower counts."""
+    unknown = LossLevels(kind="unknown")
+    out = verify(-13.6, _Run(True, 12.9), start=5.9e5, levels=unknown)
+    assert out["sane"] and not out["better"] and not out["fix_works"]
+    assert verify(-3.0, _Run(True, -1.0), start=-0.5, levels=unknown)["fix_works"]
+    # with a floor measured (a loss that may go below zero by its own terms), the floor is the judge
+    assert verify(-0.5, _Run(True, 1.0), start=1.2, levels=LossLevels(kind="unknown", floor=-1.0))["fix_works"]
+
 def test_a_counterfactual_that_is_not_paired_claims_nothing():
     assert verification(finite=True, loss_start=1, loss_end=0.1, reference=None, against=None,
                         levels=CLASSIFIER) == {}

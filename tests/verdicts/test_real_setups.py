@@ -599,3 +599,55 @@ def test_a_loss_that_fails_on_its_own_is_called_once_and_its_error_is_its_own():
     with torch.no_grad(), pytest.raises(RuntimeError) as raised:
         session.setup.loss_fn(session.setup.model, session.batches[0])
     assert len(calls) == 1 and "does not require grad" not in str(raised.value)
+
+
+def coral_grades() -> triage.Setup:
+    """CORAL ordinal regression on digits read as grades 0..9: 9 logits, each grade made into 9 binary levels
+    (grade > j) for a BCE. Grade 9 lies beyond the 9 logits by design."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 9))
+
+    def coral(model, batch):
+        x, grade = batch
+        levels = (grade[:, None] > torch.arange(9)[None, :]).float()
+        return F.binary_cross_entropy_with_logits(model(x), levels)
+    return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=3e-3), loss_fn=coral,
+                        batches=digits(16))
+
+
+def test_labels_beyond_the_outputs_that_the_loss_reads_otherwise_are_a_finding_not_the_verdict(tmp_path):
+    """Was: label_bug (medium) from the label check alone, before any replay, on a run that trains. The grades
+    beyond the logits are said beside the verdict, which the replays decide."""
+    from tests._instrument_runs import train_and_triage
+
+    report = train_and_triage(tmp_path, coral_grades, 30)
+    assert report.root_cause == "healthy", (report.root_cause, report.confidence, report.path)
+    finding = next(f for f in report.findings if f.id == "label_bug_unread")
+    assert "lie outside 0..9-1" in finding.text and "CORAL" in finding.text
+
+
+def views_beside_an_unread_class() -> triage.Setup:
+    """SimSiam-like: two noisy views of a digit, a negative-cosine loss with a stop-gradient, and the dataset's
+    class in each batch, which nothing reads."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 32))
+    g = torch.Generator().manual_seed(1)
+    batches = [((x + 0.3 * torch.randn(x.shape, generator=g), x + 0.3 * torch.randn(x.shape, generator=g)), y)
+               for x, y in digits(16)]
+
+    def negative_cosine(model, batch):
+        (view1, view2), _ = batch
+        return -F.cosine_similarity(model(view1), model(view2).detach(), dim=-1).mean()
+    return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                        loss_fn=negative_cosine, batches=batches)
+
+
+def test_a_class_beside_the_views_that_nothing_reads_makes_no_classifier(tmp_path):
+    """Was: a 10-class classifier whose NLL went below zero, wrong_loss: the negative cosine sits between -1 and
+    1 by nature, and the batch's class is never read."""
+    from tests._instrument_runs import run, session_of, train_and_triage
+    from triage.experiments.labels import LABEL_CHECK
+
+    assert not run(LABEL_CHECK, session_of(views_beside_an_unread_class)).is_classification
+    report = train_and_triage(tmp_path, views_beside_an_unread_class, 30)
+    assert report.root_cause == "healthy" and "wrong_loss_negative" not in report.path, report.path

@@ -13,7 +13,7 @@ from pydantic import Field
 from triage.contract import Setup
 from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.levels import loss_levels
-from triage.experiments.probes import class_targets, linear_layers, mean_loss, model_output
+from triage.experiments.probes import class_targets, labels_unread, linear_layers, mean_loss, model_output
 from triage.outcomes.init_check import InitCheckOutcome
 from triage.judge.readings import same_init_scheme
 
@@ -26,7 +26,7 @@ def measure(ctx: Context, p: InitCheckParams) -> InitCheckOutcome:
     session = ctx.session
     device = session.device
     batches = session.batches[:p.batches]
-    k = _num_classes(session.setup, batches[0], device)
+    k = None if labels_unread(session) else _num_classes(session.setup, batches[0], device)
     expected = math.log(k) if k else None
     figures, norms, spreads = {}, {}, {}
     for label, setup in (("checkpoint", session.setup), ("setup", None), ("default", None)):

@@ -17,7 +17,8 @@ from triage.experiments.levels import regression_target
 from triage.experiments.loss_inputs import binary_targets, loss_broadcast
 from triage.experiments.sequence_targets import distinct_inputs, target_lift, token_bags
 from triage.batches import named_tensors, to_device
-from triage.experiments.probes import IGNORE_INDEX, class_targets, input_tensor, loss_reads, model_output
+from triage.experiments.probes import (IGNORE_INDEX, class_targets, input_tensor, labels_unread, loss_reads,
+                                       model_output)
 from triage.outcomes.labels import NEIGHBOURS, LabelCheckOutcome
 from triage.judge.readings import class_ordered
 from triage.experiments.training import autocast, untouched_buffers_and_rng
@@ -35,7 +36,10 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     batches = session.batches
     broadcast = loss_broadcast(session.setup, batches[0], session.device)
     ctx.restart()
-    read = loss_reads(session.setup, batches[0], session.device) if class_targets(batches[0]) is not None else []
+    if labels_unread(session):
+        return LabelCheckOutcome(is_classification=False, knn_target_correlation=_knn_target_correlation(batches, p),
+                                 target_broadcast=broadcast)
+    read = loss_reads(session.setup, batches[0], session.device).by_loss if class_targets(batches[0]) is not None else []
     ctx.restart()
     # The labels are what the loss reads; of several (targets and lengths), the largest tensor.
     target = max(read, key=lambda name: dict(named_tensors(batches[0]))[name].numel()) if read else None

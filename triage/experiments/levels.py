@@ -29,7 +29,7 @@ from typing import Any, Optional
 import torch
 
 from triage.batches import named_tensors
-from triage.experiments.probes import IGNORE_INDEX, class_targets, first_floating, model_output
+from triage.experiments.probes import IGNORE_INDEX, class_targets, first_floating, labels_unread, model_output
 from triage.experiments.training import loss_value
 from triage.judge.levels import LossLevels
 from triage.judge.readings import has_floor
@@ -62,7 +62,7 @@ def _measure(session: Any) -> LossLevels:
     setup = session.setup
     batches = session.batches[:PROBE_BATCHES]
     output = top_output(setup, batches[0])
-    targets = class_targets(batches[0])
+    targets = None if labels_unread(session) else class_targets(batches[0])
     if output is None:  # a structured output (a Hugging Face ModelOutput, a dict) whose loss the model computes
         logits = model_output(setup, batches[0], session.device)
         k = logits.shape[-1] if logits is not None and targets is not None else 0

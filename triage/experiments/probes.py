@@ -8,6 +8,7 @@ experiments that probe the checkpoint's model call `ctx.restart()` when they are
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -16,7 +17,7 @@ import torch
 from triage.contract import Setup
 from triage.batches import named_tensors
 from triage.load.data_guard import copy_batch
-from triage.experiments.training import autocast, loss_value
+from triage.experiments.training import autocast, loss_value, untouched_buffers_and_rng
 
 # Torch's own default for ignored targets (F.cross_entropy, nn.NLLLoss): padding, not a class.
 IGNORE_INDEX = -100
@@ -87,27 +88,42 @@ def class_targets(batch: Any) -> Optional[torch.Tensor]:
     return found
 
 
+@dataclass(frozen=True)
+class TensorReads:
+    """Which integer tensors of a batch one call of the loss function reads (named as `named_tensors` names
+    them). `by_loss`: read by the loss itself, outside the model's forward (the targets it scores the
+    output against). `anywhere`: read at all, the model's forward included (token ids, a Hugging Face
+    model's `labels`). `complete`: the call ran to its end; where it raised, what it would have read after
+    is not known."""
+
+    by_loss: list[str]
+    anywhere: list[str]
+    complete: bool
+
+
 @torch.no_grad()
-def loss_reads(setup: Setup, batch: Any, device: torch.device) -> list[str]:
-    """The integer tensors of `batch` (named as `named_tensors` names them) that the loss function itself
-    reads, outside the model's forward: the targets it scores the output against, where a position in
-    the batch says nothing (inputs, targets, input lengths, target lengths). Measured by recording the
-    tensors every torch function gets while the loss runs; a view or `.long()` of a batch tensor counts
-    as that tensor. Empty where the loss reads none (a model that computes its own loss)."""
+def loss_reads(setup: Setup, batch: Any, device: torch.device) -> TensorReads:
+    """The integer tensors of `batch` the loss function reads, measured by recording the tensors every torch
+    function gets while the loss runs; a view or `.long()` of a batch tensor counts as that tensor. Where a
+    position in the batch says nothing (inputs, targets, input lengths, target lengths), this tells the
+    targets (read by the loss) from the rest, and a tensor nothing reads (a dataset's label beside a
+    self-supervised pair of views) from both."""
     batch = copy_batch(batch)  # the user's own loss_fn (unwrapped below) may change its batch in place
     loss_fn = inspect.unwrap(setup.loss_fn)  # the data guard's copy would read every tensor of the batch
     candidates = {name: t for name, t in named_tensors(batch) if _is_integer(t) and t.numel() > 0}
     storages = {name: t.untyped_storage().data_ptr() for name, t in candidates.items()}
-    read: set[int] = set()
+    by_loss: set[int] = set()
+    anywhere: set[int] = set()
     depth = [0]
 
     class Recorder(torch.overrides.TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            if depth[0] == 0:
-                for value in (*args, *(kwargs or {}).values()):
-                    for tensor in value if isinstance(value, (list, tuple)) else (value,):
-                        if isinstance(tensor, torch.Tensor):
-                            read.add(tensor.untyped_storage().data_ptr())
+            for value in (*args, *(kwargs or {}).values()):
+                for tensor in value if isinstance(value, (list, tuple)) else (value,):
+                    if isinstance(tensor, torch.Tensor):
+                        anywhere.add(tensor.untyped_storage().data_ptr())
+                        if depth[0] == 0:
+                            by_loss.add(tensor.untyped_storage().data_ptr())
             return func(*args, **(kwargs or {}))
 
     def enter(module, inputs):
@@ -118,15 +134,35 @@ def loss_reads(setup: Setup, batch: Any, device: torch.device) -> list[str]:
 
     handles = [setup.model.register_forward_pre_hook(enter),
                setup.model.register_forward_hook(leave, always_call=True)]
+    complete = True
     try:
         with Recorder(), autocast(setup.precision, device):
             loss_fn(setup.model, batch)
     except Exception:  # noqa: BLE001 - a loss that fails on these labels has read them before it failed
-        pass
+        complete = False
     finally:
         for handle in handles:
             handle.remove()
-    return [name for name, pointer in storages.items() if pointer in read]
+    return TensorReads(by_loss=[name for name, pointer in storages.items() if pointer in by_loss],
+                       anywhere=[name for name, pointer in storages.items() if pointer in anywhere],
+                       complete=complete)
+
+
+def labels_unread(session: Any) -> bool:
+    """Whether the batch's integer tensor that would be its labels (`class_targets`) is read by nothing: the
+    loss reads no integer tensor, and neither it nor the model reads this one (a dataset's class beside a
+    self-supervised pair of views). Then the run has no labels, whatever its batches carry. Measured once per
+    session on the first batch; False where the loss raised before it could be told."""
+    def measure() -> bool:
+        batch = session.batches[0]
+        labels = class_targets(batch)
+        if labels is None:
+            return False
+        with untouched_buffers_and_rng(session.setup.model):
+            reads = loss_reads(session.setup, batch, session.device)
+        name = next((n for n, t in named_tensors(batch) if t is labels), None)
+        return reads.complete and not reads.by_loss and name not in reads.anywhere
+    return session.memoised("labels_unread", measure)
 
 
 def _is_integer(tensor: torch.Tensor) -> bool:

@@ -10,7 +10,9 @@ A counterfactual, started from the same state as the run it is paired with (its 
   measured), the mean target for a regressor — or below its own start when neither is known.
   Staying finite at an absurd level (10^7 x chance) is not a fix, nor is ending at chance.
 - and it does not end below the loss's floor (0 for cross-entropy, MSE, BCE, ...: levels.py):
-  a loss under the least it can score is a symptom (a term with the wrong sign), however low.
+  a loss under the least it can score is a symptom (a term with the wrong sign), however low. Where the
+  loss has neither a level nor a floor measured and the run ends above zero, an end below zero is not
+  "better" either: lower is not known to be better where the run's loss never went.
 - where the run has validation data, it also ends with a lower validation loss than the reference, by the
   same MIN_GAIN: a replay loops a small snapshot, and a higher LR "fixes" a healthy run by memorising it
   (a recommender at lr x10: training loss 0.10 against 0.42, validation 0.57 against 0.42).
@@ -55,6 +57,7 @@ def judge_fix(*, finite: bool, loss_start: Optional[float], loss_end: Optional[f
     end finite), and their validation losses at their ends where both were measured."""
     ended = finite and loss_end is not None and math.isfinite(loss_end)
     improvement, better = None, False
+    level, kind = sane_level(levels, loss_start, level_margin)
     if ended:
         if not math.isfinite(reference_end):
             improvement, better = 0.0, True
@@ -62,9 +65,12 @@ def judge_fix(*, finite: bool, loss_start: Optional[float], loss_end: Optional[f
             improvement = loss_end / reference_end
             nothing = levels.nothing_learned
             better = improvement <= margin and not (nothing and reference_end - loss_end < MIN_GAIN * nothing)
+            # A loss with neither level nor floor measured (a critic's score, a likelihood of unknown form) that
+            # the run ends above zero: a counterfactual ending below zero went where the run's loss is not, and
+            # lower is not known to be better there (an unbounded term running off: a WGAN critic at lr x1000).
+            better = better and not (loss_end < 0 and kind == "start" and levels.floor is None)
         else:  # a loss that can go negative: "clearly" is the same share of its size
             better = loss_end < reference_end - (1 - margin) * abs(reference_end)
-    level, kind = sane_level(levels, loss_start, level_margin)
     sane = bool(ended and level is not None and loss_end < level and not below_floor(levels, loss_end))
     generalises = _generalises(fix_val, reference_val, levels)
     return FixVerdict(reference_end=reference_end, improvement=improvement, better=better, sane_level=level,

@@ -289,6 +289,13 @@ NAMED: dict[str, NamedRule] = {
         ("labels",),
         f"$labels.is_classification and $labels.knn_agreement < $labels.chance_agreement + {KNN_OVER_CHANCE}",
         "a classifier's labels: nearest neighbours in input space agree on them no more than chance (+0.1)"),
+    # Labels beyond the outputs that the loss ran on clean (label_check ran it on the batches holding them):
+    # it may read them otherwise on purpose (CORAL's levels) or misread them where triage does not look.
+    "labels_unread_out_of_range": NamedRule(
+        ("labels",),
+        "$labels.is_classification and not $labels.target_ambiguous and $labels.out_of_range_count > 0 "
+        "and $labels.out_of_range_read == false",
+        "a classifier's labels lie outside the range of its outputs, and its loss ran on them without complaint"),
     # Next-token prediction is 1 place ahead; labels moved by the dataset and again by the model's loss (a
     # Hugging Face causal LM shifts them inside) make it 2: a slower, noisier task, and no label out of range.
     "shifted_twice": NamedRule(

@@ -193,7 +193,8 @@ def _judge_overridden(playbook: Playbook, walk: Walk) -> list[FindingRecord]:
 def _held_findings(playbook: Playbook, walk: Walk) -> list[Finding]:
     """The playbook's findings whose condition holds on what the walk measured."""
     errors: list[str] = []
-    found = [f for f, condition in playbook.findings if condition.evaluate(walk.lookup, errors)]
+    verdict = walk.path[-1] if walk.leaf is not None and walk.path else None  # said as the verdict: not again
+    found = [f for f, condition in playbook.findings if f.id != verdict and condition.evaluate(walk.lookup, errors)]
     for error in errors:
         log.warning("finding: %s", error)
     return found
