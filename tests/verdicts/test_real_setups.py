@@ -651,3 +651,48 @@ def test_a_class_beside_the_views_that_nothing_reads_makes_no_classifier(tmp_pat
     assert not run(LABEL_CHECK, session_of(views_beside_an_unread_class)).is_classification
     report = train_and_triage(tmp_path, views_beside_an_unread_class, 30)
     assert report.root_cause == "healthy" and "wrong_loss_negative" not in report.path, report.path
+
+
+def distilled(shuffled_cache: bool):
+    """Hinton distillation on digits: a student MLP on a KL to a teacher's cached logits (T=4) plus 0.1 of the
+    hard-label cross-entropy, dict batches {x, y, teacher_logits}. With `shuffled_cache`, batch i's cached
+    logits come from batch i of another shuffle: they belong to other examples."""
+    def make() -> triage.Setup:
+        torch.manual_seed(0)
+        teacher = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+        opt = torch.optim.Adam(teacher.parameters(), lr=1e-2)
+        data = digits(16)
+        for _ in range(3):
+            for x, y in data:
+                opt.zero_grad()
+                F.cross_entropy(teacher(x), y).backward()
+                opt.step()
+        with torch.no_grad():
+            cached = [teacher(x) for x, _ in data]
+        if shuffled_cache:
+            cached = cached[5:] + cached[:5]
+        batches = [{"x": x, "y": y, "teacher_logits": t} for (x, y), t in zip(data, cached)]
+        student = nn.Sequential(nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10))
+
+        def kd(model, batch):
+            out = model(batch["x"])
+            soft = F.kl_div(F.log_softmax(out / 4, dim=1), F.softmax(batch["teacher_logits"] / 4, dim=1),
+                            reduction="batchmean") * 16
+            return 0.9 * soft + 0.1 * F.cross_entropy(out, batch["y"])
+        return triage.Setup(model=student, optimizer=torch.optim.Adam(student.parameters(), lr=3e-3), loss_fn=kd,
+                            batches=batches)
+    return make
+
+
+def test_soft_targets_paired_with_other_examples_are_told_from_a_wrong_loss(tmp_path):
+    """Was: wrong_loss (high): the hard-label cross-entropy, dropping the soft targets, trained where the run
+    did not. The soft targets' top class agrees with input-space neighbours at chance, the labels' well above."""
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.labels import LABEL_CHECK
+
+    aligned = run(LABEL_CHECK, session_of(distilled(False)))
+    assert aligned.soft_target is not None and aligned.soft_knn_agreement > 0.8
+    shuffled = run(LABEL_CHECK, session_of(distilled(True)))
+    assert shuffled.soft_knn_agreement < shuffled.soft_chance_agreement + 0.1 < shuffled.knn_agreement
+    report, _ = triage.run(distilled(True), None, out=tmp_path)
+    assert (report.root_cause, report.path[-1]) == ("label_bug", "label_bug_soft_targets"), report.path

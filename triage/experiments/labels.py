@@ -39,7 +39,8 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     if labels_unread(session):
         return LabelCheckOutcome(is_classification=False, knn_target_correlation=_knn_target_correlation(batches, p),
                                  target_broadcast=broadcast)
-    read = loss_reads(session.setup, batches[0], session.device).by_loss if class_targets(batches[0]) is not None else []
+    reads = loss_reads(session.setup, batches[0], session.device) if class_targets(batches[0]) is not None else None
+    read = reads.by_loss if reads is not None else []
     ctx.restart()
     # The labels are what the loss reads; of several (targets and lengths), the largest tensor.
     target = max(read, key=lambda name: dict(named_tensors(batches[0]))[name].numel()) if read else None
@@ -66,6 +67,8 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     frequencies = counts.double() / labels.numel()
     ratio = _batch_class_ratio(per_batch, frequencies)
     knn, used = _knn_agreement(batches, p)
+    soft = _soft_target(batches[0], k, reads.floats_by_loss if reads is not None else [])
+    soft_knn, soft_chance = _soft_agreement(batches, soft, p) if soft else (None, None)
     name = target or _name_of(batches[0], targets[0])
     shift = measure_shift(session.setup, batches[0], name, session.device, p.ignore_index)
     if shift.shift_agreements:  # the loss ran a forward, as the probe's above
@@ -84,7 +87,7 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
         batch_class_ratio=ratio,
         class_ordered=class_ordered(distinct, ratio),
         knn_agreement=knn, chance_agreement=float((frequencies ** 2).sum()) if knn is not None else None,
-        knn_examples=used,
+        knn_examples=used, soft_target=soft, soft_knn_agreement=soft_knn, soft_chance_agreement=soft_chance,
     )
 
 
@@ -145,7 +148,29 @@ def _batch_class_ratio(per_batch: list[torch.Tensor], frequencies: torch.Tensor)
     return observed / expected
 
 
-def _knn_agreement(batches: list, p: LabelCheckParams) -> tuple[Optional[float], int]:
+def _soft_target(batch: Any, k: int, floats_read: list[str]) -> Optional[str]:
+    """The soft targets the loss reads beside the labels (a teacher's cached logits, a label distribution): a
+    floating (B, K) tensor of the batch, K the model's outputs, that is not the model's input."""
+    tensors, inputs = dict(named_tensors(batch)), input_tensor(batch, floating=True)
+    return next((name for name in floats_read if tensors[name] is not inputs and tensors[name].dim() == 2
+                 and tensors[name].shape[-1] == k), None)
+
+
+def _soft_agreement(batches: list, name: str, p: LabelCheckParams) -> tuple[Optional[float], Optional[float]]:
+    """The nearest-neighbour agreement of the soft targets' top class, as `_knn_agreement` reads labels, and its
+    chance (the sum of the top classes' frequencies squared)."""
+    def top_class(batch: Any) -> Optional[torch.Tensor]:
+        soft = dict(named_tensors(batch)).get(name)
+        return soft.argmax(dim=-1) if soft is not None and soft.dim() == 2 else None
+    agreement, _ = _knn_agreement(batches, p, labels_of=top_class)
+    tops = [t.cpu() for t in map(top_class, batches) if t is not None]
+    if agreement is None or not tops:
+        return None, None
+    frequencies = torch.unique(torch.cat(tops), return_counts=True)[1].double()
+    return agreement, float(((frequencies / frequencies.sum()) ** 2).sum())
+
+
+def _knn_agreement(batches: list, p: LabelCheckParams, labels_of=class_targets) -> tuple[Optional[float], int]:
     """Leave-one-out 1-nearest-neighbour agreement of labels, on standardised flattened inputs.
 
     Only for one label per example (not per token). Floating inputs are compared as they are; token
@@ -155,7 +180,7 @@ def _knn_agreement(batches: list, p: LabelCheckParams) -> tuple[Optional[float],
     """
     xs, ys = [], []
     for batch in batches:
-        x, y = input_tensor(batch, floating=True), class_targets(batch)
+        x, y = input_tensor(batch, floating=True), labels_of(batch)
         if x is None:
             x = _token_counts(input_tensor(batch), y, p.max_vocabulary)
         if x is not None and y is not None and y.dim() == 1 and x.shape[0] != y.shape[0]:

@@ -99,6 +99,7 @@ class TensorReads:
     by_loss: list[str]
     anywhere: list[str]
     complete: bool
+    floats_by_loss: list[str]  # the floating tensors (dim >= 2) the loss itself reads: soft targets, masks, inputs
 
 
 @torch.no_grad()
@@ -112,6 +113,8 @@ def loss_reads(setup: Setup, batch: Any, device: torch.device) -> TensorReads:
     loss_fn = inspect.unwrap(setup.loss_fn)  # the data guard's copy would read every tensor of the batch
     candidates = {name: t for name, t in named_tensors(batch) if _is_integer(t) and t.numel() > 0}
     storages = {name: t.untyped_storage().data_ptr() for name, t in candidates.items()}
+    floats = {name: t.untyped_storage().data_ptr() for name, t in named_tensors(batch)
+              if t.is_floating_point() and t.dim() >= 2}
     by_loss: set[int] = set()
     anywhere: set[int] = set()
     depth = [0]
@@ -145,7 +148,7 @@ def loss_reads(setup: Setup, batch: Any, device: torch.device) -> TensorReads:
             handle.remove()
     return TensorReads(by_loss=[name for name, pointer in storages.items() if pointer in by_loss],
                        anywhere=[name for name, pointer in storages.items() if pointer in anywhere],
-                       complete=complete)
+                       complete=complete, floats_by_loss=[name for name, pointer in floats.items() if pointer in by_loss])
 
 
 def labels_unread(session: Any) -> bool:

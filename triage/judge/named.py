@@ -296,6 +296,15 @@ NAMED: dict[str, NamedRule] = {
         "$labels.is_classification and not $labels.target_ambiguous and $labels.out_of_range_count > 0 "
         "and $labels.out_of_range_read == false",
         "a classifier's labels lie outside the range of its outputs, and its loss ran on them without complaint"),
+    # Soft targets (a teacher's cached logits) beside labels that carry signal: their top class agrees with
+    # input-space neighbours no more than chance (+0.1) while the labels agree above it: they were paired with
+    # other examples (a cache indexed by batch position across shuffles).
+    "soft_targets_at_chance": NamedRule(
+        ("labels",),
+        f"$labels.soft_knn_agreement < $labels.soft_chance_agreement + {KNN_OVER_CHANCE} and "
+        f"$labels.knn_agreement >= $labels.chance_agreement + {KNN_OVER_CHANCE}",
+        "a classifier's soft targets: their top class agrees with input-space neighbours no more than chance "
+        "(+0.1), while its labels agree above it"),
     # Next-token prediction is 1 place ahead; labels moved by the dataset and again by the model's loss (a
     # Hugging Face causal LM shifts them inside) make it 2: a slower, noisier task, and no label out of range.
     "shifted_twice": NamedRule(

@@ -84,6 +84,17 @@ class LabelCheckOutcome(LabelShift):
         default=None, description="Sum of class frequency squared.",
         json_schema_extra={"words": "chance agreement"})
     knn_examples: int = Field(default=0, json_schema_extra={"words": "nearest-neighbour examples"})
+    soft_target: Optional[str] = Field(
+        default=None, description="Soft targets the loss reads beside the labels (a teacher's cached logits): a "
+                                  "floating (B, K) tensor of the batch, by its place in it.",
+        json_schema_extra={"words": "soft targets"})
+    soft_knn_agreement: Optional[float] = Field(
+        default=None, description="Share of examples whose nearest neighbour in input space has their soft "
+                                  "targets' top class: near chance where the soft targets belong to other examples.",
+        json_schema_extra={"words": "soft targets' nearest-neighbour agreement"})
+    soft_chance_agreement: Optional[float] = Field(
+        default=None, description="Sum of the soft targets' top-class frequencies squared.",
+        json_schema_extra={"words": "soft targets' chance agreement"})
     target: Optional[str] = Field(
         default=None, description="The batch tensor read as the class labels: the integer tensor the loss reads (by "
                                   "its place in the batch, e.g. [1]), else the last integer tensor.",
