@@ -696,3 +696,59 @@ def test_soft_targets_paired_with_other_examples_are_told_from_a_wrong_loss(tmp_
     assert shuffled.soft_knn_agreement < shuffled.soft_chance_agreement + 0.1 < shuffled.knn_agreement
     report, _ = triage.run(distilled(True), None, out=tmp_path)
     assert (report.root_cause, report.path[-1]) == ("label_bug", "label_bug_soft_targets"), report.path
+
+
+def dual_encoder(unpaired: bool, n_batches: int = 40):
+    """A CLIP-style dual encoder on synthetic concepts: an "image" view (24 features) and a "caption" view (16) of
+    each concept, one tower each, the symmetric InfoNCE loss against arange(B). With `unpaired`, the captions
+    come from a second loader shuffled apart from the images: row i's caption belongs to another concept."""
+    def make() -> triage.Setup:
+        g = torch.Generator().manual_seed(0)
+        to_image, to_caption = torch.randn(8, 24, generator=g), torch.randn(8, 16, generator=g)
+        batches = []
+        for _ in range(n_batches):
+            concept = torch.randn(64, 8, generator=g)
+            image = torch.tanh(concept @ to_image) + 0.1 * torch.randn(64, 24, generator=g)
+            caption = torch.tanh(concept @ to_caption) + 0.1 * torch.randn(64, 16, generator=g)
+            if unpaired:
+                caption = caption[torch.randperm(64, generator=g)]
+            batches.append({"image": image, "caption": caption})
+        torch.manual_seed(0)
+
+        class DualEncoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.image = nn.Sequential(nn.Linear(24, 64), nn.GELU(), nn.Linear(64, 32))
+                self.caption = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 32))
+
+            def forward(self, image, caption):
+                return F.normalize(self.image(image), dim=-1), F.normalize(self.caption(caption), dim=-1)
+
+        def info_nce(model, batch):
+            img, txt = model(batch["image"], batch["caption"])
+            logits = 14.3 * img @ txt.T
+            target = torch.arange(len(logits))
+            return (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+        model = DualEncoder()
+        return triage.Setup(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3), loss_fn=info_nce,
+                            batches=batches)
+    return make
+
+
+def test_views_paired_with_other_examples_are_a_label_bug_of_a_run_without_labels(tmp_path):
+    """Was: healthy (low): the loss sits at ln 64, has no level triage can measure, and no fix moves it. The
+    pairing of the two views is the run's supervision: measured as for labels, by input-space neighbours."""
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.labels import LABEL_CHECK
+
+    paired = run(LABEL_CHECK, session_of(dual_encoder(False)))
+    assert paired.paired_views == ["['image']", "['caption']"] and paired.pair_lift > 0.5
+    unpaired = run(LABEL_CHECK, session_of(dual_encoder(True)))
+    assert abs(unpaired.pair_lift) < 0.05 and unpaired.pair_examples >= 500
+    # Trained as its owner did (each pair seen once: the loaders reshuffle every epoch), then triaged.
+    path, _ = stock_checkpoint(tmp_path, dual_encoder(True, n_batches=120), 100)
+    report, _ = triage.run(dual_encoder(True), path, out=tmp_path / "report")
+    assert (report.root_cause, report.path[-1]) == ("label_bug", "label_bug_unpaired"), report.path
+    path, _ = stock_checkpoint(tmp_path / "paired", dual_encoder(False, n_batches=120), 100)
+    healthy, _ = triage.run(dual_encoder(False), path, out=tmp_path / "paired")
+    assert healthy.root_cause == "healthy", healthy.path

@@ -14,6 +14,7 @@ from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.fingerprint import graph_membership
 from triage.experiments.label_shift import measure_shift
 from triage.experiments.levels import regression_target
+from triage.experiments.pairing import pair_lift, paired_views
 from triage.experiments.loss_inputs import binary_targets, loss_broadcast
 from triage.experiments.sequence_targets import distinct_inputs, target_lift, token_bags
 from triage.batches import named_tensors, to_device
@@ -32,6 +33,17 @@ class LabelCheckParams(Params):
 
 
 def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
+    outcome = _labels(ctx, p)
+    if outcome.is_classification or (class_targets(ctx.session.batches[0]) is not None and not labels_unread(ctx.session)):
+        return outcome
+    # No labels read: where the model is handed two views of each example, their pairing is the supervision.
+    views = paired_views(ctx.session)
+    lift, compared = pair_lift(ctx.session.batches, views, p.knn_examples) if views else (None, 0)
+    return outcome.model_copy(update=dict(paired_views=list(views) if views else None, pair_lift=lift,
+                                          pair_examples=compared))
+
+
+def _labels(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     session = ctx.session
     batches = session.batches
     broadcast = loss_broadcast(session.setup, batches[0], session.device)

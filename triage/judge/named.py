@@ -66,6 +66,11 @@ MEMORISES = 0.5  # a replay on 2 examples halves its loss: the model can learn w
 # An optimizer built on the wrong parameters: over half of those it holds get no gradient (a frozen head or
 # two is a design; most of the model is a misbuilt optimizer).
 MISSED_BY_OPTIMIZER = 0.5
+# Two views handed to the model, no labels read (label_check's pair_lift): paired at random the lift is 0, its
+# standard error about 1.2 / sqrt(n) (0.026 at 500 examples); real pairs score well above (a CLIP's image and
+# caption 0.88, two augmentations of one digit 0.10). Under 0.05 over 500 examples or more: unpaired.
+UNPAIRED_LIFT = 0.05
+PAIRED_EXAMPLES = 500
 # Labels that carry no signal about the inputs (label_check's leave-one-out nearest neighbour): a
 # classifier's neighbours agree on the label within 0.1 of chance agreement; a regressor's target
 # correlates under 0.1 with its neighbours' (a real one correlates well above it).
@@ -296,6 +301,10 @@ NAMED: dict[str, NamedRule] = {
         "$labels.is_classification and not $labels.target_ambiguous and $labels.out_of_range_count > 0 "
         "and $labels.out_of_range_read == false",
         "a classifier's labels lie outside the range of its outputs, and its loss ran on them without complaint"),
+    "views_unpaired": NamedRule(
+        ("labels",), f"$labels.pair_lift < {UNPAIRED_LIFT} and $labels.pair_examples >= {PAIRED_EXAMPLES}",
+        "the two views the model is handed pair no better than at random: an example's nearest neighbour by its "
+        "first view has a second view no nearer its own than a random example's"),
     # Soft targets (a teacher's cached logits) beside labels that carry signal: their top class agrees with
     # input-space neighbours no more than chance (+0.1) while the labels agree above it: they were paired with
     # other examples (a cache indexed by batch position across shuffles).

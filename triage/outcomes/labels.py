@@ -84,6 +84,17 @@ class LabelCheckOutcome(LabelShift):
         default=None, description="Sum of class frequency squared.",
         json_schema_extra={"words": "chance agreement"})
     knn_examples: int = Field(default=0, json_schema_extra={"words": "nearest-neighbour examples"})
+    paired_views: Optional[list[str]] = Field(
+        default=None, description="A run whose loss reads no labels, its model handed two floating views of each "
+                                  "example (an image and its caption, two augmentations): the two, by their place "
+                                  "in the batch.",
+        json_schema_extra={"words": "paired views"})
+    pair_lift: Optional[float] = Field(
+        default=None, description="How well the views pair row by row: 1 - 2 x the mean rank of an example's "
+                                  "first-view nearest neighbour's second view among the others', by distance from "
+                                  "its own second view; ~0 where rows are paired with other examples' views.",
+        json_schema_extra={"words": "views' pairing over chance"})
+    pair_examples: int = Field(default=0, json_schema_extra={"words": "paired examples compared"})
     soft_target: Optional[str] = Field(
         default=None, description="Soft targets the loss reads beside the labels (a teacher's cached logits): a "
                                   "floating (B, K) tensor of the batch, by its place in it.",
