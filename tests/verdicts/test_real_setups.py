@@ -752,3 +752,40 @@ def test_views_paired_with_other_examples_are_a_label_bug_of_a_run_without_label
     path, _ = stock_checkpoint(tmp_path / "paired", dual_encoder(False, n_batches=120), 100)
     healthy, _ = triage.run(dual_encoder(False), path, out=tmp_path / "paired")
     assert healthy.root_cause == "healthy", healthy.path
+
+
+def vae_with_kl_added() -> triage.Setup:
+    """A VAE on digits (pixels scaled to [0, 1]) whose KL term is written as the paper's -D_KL and added: the
+    loss rewards a posterior as far from the prior as it can get, and runs off below zero."""
+    from sklearn.datasets import load_digits
+
+    torch.manual_seed(0)
+    x = torch.tensor(load_digits().data, dtype=torch.float32) / 16
+    batches = [(x[i:i + 64],) for i in range(0, 64 * 20, 64)]
+
+    class VAE(nn.Module):  # pytorch/examples' VAE, smaller
+        def __init__(self):
+            super().__init__()
+            self.encoder = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 2 * 8))
+            self.decoder = nn.Sequential(nn.Linear(8, 128), nn.ReLU(), nn.Linear(128, 64), nn.Sigmoid())
+
+        def forward(self, x):
+            mu, logvar = self.encoder(x).chunk(2, dim=-1)
+            return self.decoder(mu + torch.randn_like(mu) * (0.5 * logvar).exp()), mu, logvar
+
+    def elbo(model, batch):
+        (x,) = batch
+        recon, mu, logvar = model(x)
+        kl_as_typed = 0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())  # -D_KL, added as if D_KL
+        return (F.binary_cross_entropy(recon, x, reduction="sum") + kl_as_typed) / len(x)
+    model = VAE()
+    return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-3), loss_fn=elbo,
+                        batches=batches)
+
+
+def test_a_loss_that_falls_without_bound_is_a_wrong_loss_not_a_run_that_trains(tmp_path):
+    """Was: healthy (medium): the loss fell, so the run trained. It fell from below zero to 100 times that."""
+    from tests._instrument_runs import train_and_triage
+
+    report = train_and_triage(tmp_path, vae_with_kl_added, 55)
+    assert (report.root_cause, report.path[-1]) == ("wrong_loss", "wrong_loss_runs_off"), report.path

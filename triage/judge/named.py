@@ -66,6 +66,10 @@ MEMORISES = 0.5  # a replay on 2 examples halves its loss: the model can learn w
 # An optimizer built on the wrong parameters: over half of those it holds get no gradient (a frozen head or
 # two is a design; most of the model is a misbuilt optimizer).
 MISSED_BY_OPTIMIZER = 0.5
+# A loss that runs off below zero: negative at the replay's start and 100 times that at its end, 40 steps on.
+# A loss negative by nature (a Gaussian NLL, an ELBO) moves by a few times over a replay from a recent
+# checkpoint; a term with the wrong sign (a KL added where it is subtracted: -1.1e4 to -2.3e9) runs away.
+RUNS_OFF = 100
 # Two views handed to the model, no labels read (label_check's pair_lift): paired at random the lift is 0, its
 # standard error about 1.2 / sqrt(n) (0.026 at 500 examples); real pairs score well above (a CLIP's image and
 # caption 0.88, two augmentations of one digit 0.10). Under 0.05 over 500 examples or more: unpaired.
@@ -301,6 +305,9 @@ NAMED: dict[str, NamedRule] = {
         "$labels.is_classification and not $labels.target_ambiguous and $labels.out_of_range_count > 0 "
         "and $labels.out_of_range_read == false",
         "a classifier's labels lie outside the range of its outputs, and its loss ran on them without complaint"),
+    "runs_off": NamedRule(
+        ("replay",), f"$replay.loss_start < 0 and $replay.loss_end < {RUNS_OFF} * $replay.loss_start",
+        "the replay's loss, below zero at its start, ends 100 times as far below zero: it falls without bound"),
     "views_unpaired": NamedRule(
         ("labels",), f"$labels.pair_lift < {UNPAIRED_LIFT} and $labels.pair_examples >= {PAIRED_EXAMPLES}",
         "the two views the model is handed pair no better than at random: an example's nearest neighbour by its "
