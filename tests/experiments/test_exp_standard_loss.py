@@ -60,6 +60,34 @@ def test_a_loss_of_the_runs_own_making_differs_from_the_standard_one():
     assert out.standard_rule == "mse" and out.gradient_vs_standard > 0.5
 
 
+
+def test_a_weighted_standard_loss_is_told_from_a_loss_of_its_own_making():
+    """pos_weight in a multi-label BCE, class weights in a cross-entropy: the gradient is the standard one's times
+    one weight per group (a column's positives, a class's rows), a choice and no wrong loss; label smoothing and a
+    sigmoid before a logits loss are not (was: the standard loss, unweighted, trained better on its own scale than
+    a healthy pos-weighted run, and the run was called wrong_loss)."""
+    import torch.nn.functional as F
+
+    weights = torch.linspace(0.5, 8, 10)
+    multi_hot = [(x, F.one_hot(y, 10).float()) for x, y in digits(4)]
+
+    def pos_weighted(model, batch):
+        x, y = batch
+        return F.binary_cross_entropy_with_logits(model(x), y, pos_weight=weights)
+
+    def sigmoid_twice(model, batch):
+        x, y = batch
+        return F.binary_cross_entropy_with_logits(torch.sigmoid(model(x)), y)
+
+    def class_weighted(model, batch):
+        x, y = batch
+        return F.cross_entropy(model(x), y, weight=weights)
+    for loss_fn, batches, weighting in ((pos_weighted, multi_hot, True), (class_weighted, digits(4), True),
+                                        (sigmoid_twice, multi_hot, False), (smoothed, digits(4), False)):
+        out = run(OUTPUT_CHECK, session_of(lambda: classifier_setup(batches=batches, loss_fn=loss_fn)))
+        assert out.gradient_vs_standard > 0.05, loss_fn.__name__
+        assert (out.weighting_spread < 0.05) is weighting, (loss_fn.__name__, out.weighting_spread)
+
 def test_trained_on_the_standard_loss_the_smoothed_run_learns_and_both_curves_share_its_unit():
     factory = lambda: classifier_setup(loss_fn=smoothed)  # noqa: E731
     session = session_of(factory, checkpoint=trained_checkpoint(factory, steps=60))

@@ -60,6 +60,7 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
         loss_vs_standard=compared.own / compared.standard
         if compared and compared.standard and math.isfinite(compared.own / compared.standard) else None,
         gradient_vs_standard=compared.gradient_gap if compared and math.isfinite(compared.gradient_gap) else None,
+        weighting_spread=compared.weighting_spread if compared else None,
         standard_level_ratio=compared.standard / nothing if compared and nothing else None,
         squashed=squashed, unsquashed_loss=unsquashed, **scores,
         unsquash_ratio=unsquashed / loss if unsquashed is not None and loss > 0 and math.isfinite(loss) else None,

@@ -164,6 +164,44 @@ class Comparison(NamedTuple):
     own: float  # the run's loss, mean over the batches compared
     standard: float  # the standard loss on the same forwards
     gradient_gap: float  # |d own/d output - d standard/d output| / |d standard/d output|, summed over batches
+    weighting_spread: Optional[float]  # how far the run's gradient is from the standard's times a weight per group
+
+
+# Elements of the output whose standard loss treats them alike: a class's rows (cross-entropy), a column's
+# positives or negatives (binary cross-entropy). Where the run's gradient is the standard's times one positive
+# weight per group, its loss is the standard one weighted (pos_weight, class weights): a choice, and the
+# standard loss wins on its own scale by construction.
+def _groups(rule: Rule, output: torch.Tensor, batch: Any) -> Optional[torch.Tensor]:
+    if rule == "cross_entropy":
+        labels = class_targets(batch)
+        if labels is None or labels.numel() * output.shape[-1] != output.numel():
+            return None
+        return labels.reshape(-1, 1).to(output.device).long().expand(-1, output.shape[-1]).reshape(output.shape)
+    if rule in ("binary_cross_entropy", "binary_cross_entropy_on_probabilities"):
+        target = regression_target(batch, output.numel())
+        if target is None:
+            return None
+        columns = torch.arange(output.shape[-1], device=output.device).expand(output.shape)
+        return columns * 2 + (target.reshape(output.shape).to(output.device) > 0.5).long()
+    return None
+
+
+def _weighting_spread(g_own: torch.Tensor, g_standard: torch.Tensor, groups: Optional[torch.Tensor]) -> Optional[float]:
+    """The largest spread of d own / d standard within a group, (max - min) / the larger of the two in size, over
+    the elements the standard gradient moves: 0 for one weight per group, under 1 for positive weights, 1 or more
+    where the two point different ways; None where no groups are known."""
+    if groups is None:
+        return None
+    g_own, g_standard, groups = g_own.double().reshape(-1), g_standard.double().reshape(-1), groups.reshape(-1)
+    moved = g_standard.abs() > 1e-6 * g_standard.abs().max()
+    ratio, groups = g_own[moved] / g_standard[moved], groups[moved]
+    if ratio.numel() == 0:
+        return None
+    spreads = []
+    for g in groups.unique():
+        low, high = ratio[groups == g].min(), ratio[groups == g].max()
+        spreads.append((high - low) / torch.maximum(high.abs(), low.abs()).clamp_min(1e-12))
+    return float(torch.stack(spreads).max())
 
 
 def compare_at_checkpoint(session: Any, rule: Rule) -> Comparison:
@@ -172,7 +210,7 @@ def compare_at_checkpoint(session: Any, rule: Rule) -> Comparison:
     model's output tell them apart where their values do not: near a uniform output, a cross-entropy
     with label_smoothing=0.9 has the plain one's value but not its gradient."""
     setup = session.setup
-    own_losses, standard_losses, gap, size = [], [], 0.0, 0.0
+    own_losses, standard_losses, gap, size, spreads = [], [], 0.0, 0.0, []
     was_training = setup.model.training
     setup.model.eval()
     try:
@@ -186,6 +224,7 @@ def compare_at_checkpoint(session: Any, rule: Rule) -> Comparison:
                 if isinstance(own, torch.Tensor) and own.requires_grad else None
             g_own = torch.zeros_like(g_standard) if g_own is None else g_own
             gap += float((g_own.float() - g_standard.float()).norm())
+            spreads.append(_weighting_spread(g_own, g_standard, _groups(rule, output, batch)))
             size += float(g_standard.float().norm())
             own_losses.append(loss_value(own))
             standard_losses.append(loss_value(standard))
@@ -195,7 +234,8 @@ def compare_at_checkpoint(session: Any, rule: Rule) -> Comparison:
     finally:
         setup.model.train(was_training)
     return Comparison(own=sum(own_losses) / len(own_losses), standard=sum(standard_losses) / len(standard_losses),
-                      gradient_gap=gap / size if size > 0 else math.inf)
+                      gradient_gap=gap / size if size > 0 else math.inf,
+                      weighting_spread=None if None in spreads or not spreads else max(spreads))
 
 
 class StandardLossParams(Params):

@@ -108,6 +108,9 @@ CLIPS_ALWAYS = 0.9
 # The gradient the run's loss sends into the model's output differs from the standard loss's by more than
 # autocast rounding (5%): a loss of its own making (smoothing, weights, a squashing, a broadcast).
 OWN_LOSS_GRADIENT = 0.05
+# ... unless it is the standard's times one positive weight per class (or per column's positives and negatives)
+# within the same rounding: the standard loss weighted (pos_weight, class weights), a choice its owner made.
+WEIGHTED_STANDARD = 0.05
 # Above half the loss of learning nothing: the run has not learned the task by its own measure.
 HALF_LEARNED = 0.5
 # Weight decay can have done harm only where, over the run so far and the replay, it can remove 5% of the
@@ -261,6 +264,10 @@ NAMED: dict[str, NamedRule] = {
     "loss_of_its_own": NamedRule(
         ("outputs",), f"$outputs.gradient_vs_standard > {OWN_LOSS_GRADIENT}",
         "the gradient the run's loss sends into the output differs from the standard loss's by over 5%"),
+    "not_a_weighting": NamedRule(
+        ("outputs",), f"$outputs.weighting_spread == none or $outputs.weighting_spread > {WEIGHTED_STANDARD}",
+        "the run's loss is not the standard one with a weight per class (or per column's positives and "
+        "negatives), or that could not be told"),
     "standard_says_nothing_learned": NamedRule(
         ("outputs",), f"$outputs.standard_level_ratio > {NOTHING_LEARNED}",
         "by the standard loss, the model is at 90% of the loss of learning nothing or above"),

@@ -79,6 +79,14 @@ class OutputCheckOutcome(Outcome):
                                   "binary entropy, target variance): how much the model has learned by the standard "
                                   "measure, whatever its own loss says.",
         json_schema_extra={"words": "standard level ratio", "unit": "×"})
+    weighting_spread: Optional[float] = Field(
+        default=None, description="How far the gradient the run's loss sends into the output is from the standard "
+                                  "loss's times one positive weight per group (a class's rows; a column's positives "
+                                  "or negatives): the largest (max - min) / the larger in size of their ratio within "
+                                  "a group. About 0 where the run's loss is the standard one weighted (pos_weight, "
+                                  "class weights), 1 or more where the two point different ways; none where no "
+                                  "groups are known (a regressor).",
+        json_schema_extra={"words": "gradient's spread from a weighted standard loss", "unit": "×"})
     gradient_vs_standard: Optional[float] = Field(
         default=None, description="|d own/d output - d standard/d output| / |d standard/d output| at the checkpoint: "
                                   "0 when the run's loss is the standard one; above a few percent, a loss of its own "
