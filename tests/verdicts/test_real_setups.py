@@ -789,3 +789,36 @@ def test_a_loss_that_falls_without_bound_is_a_wrong_loss_not_a_run_that_trains(t
 
     report = train_and_triage(tmp_path, vae_with_kl_added, 55)
     assert (report.root_cause, report.path[-1]) == ("wrong_loss", "wrong_loss_runs_off"), report.path
+
+
+def contextual_bandit() -> triage.Setup:
+    """A policy gradient on a contextual bandit: the batch holds each step's observation, the action taken and its
+    reward; the loss centres the rewards and weighs each action's log-likelihood by them (REINFORCE with a baseline)."""
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(40):
+        obs = torch.randn(64, 4, generator=g)
+        action = torch.randint(0, 2, (64,), generator=g)
+        reward = (action == (obs[:, 0] > 0).long()).float()
+        batches.append({"obs": obs, "action": action, "reward": reward})
+    torch.manual_seed(0)
+    policy = nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Linear(32, 2))
+
+    def reinforce(model, batch):
+        log_pi = F.log_softmax(model(batch["obs"]), dim=-1).gather(1, batch["action"][:, None]).squeeze(1)
+        advantage = batch["reward"] - batch["reward"].mean()
+        return -(log_pi * advantage).mean()
+    return triage.Setup(model=policy, optimizer=torch.optim.Adam(policy.parameters(), lr=1e-2), loss_fn=reinforce,
+                        batches=batches)
+
+
+def test_a_policy_gradient_is_no_classifier_whose_loss_went_below_zero(tmp_path):
+    """Was: wrong_loss (medium), "feed the negative log-likelihood log-probabilities": a REINFORCE loss with
+    centred rewards goes below zero by design. The loss reads a float per example beside the actions."""
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.labels import LABEL_CHECK
+
+    assert run(LABEL_CHECK, session_of(contextual_bandit)).example_weights == "['reward']"
+    report, _ = triage.run(contextual_bandit, None, out=tmp_path)
+    assert (report.root_cause, report.confidence) == ("healthy", "medium"), report.path
+    assert "example_weights" in [f.id for f in report.findings]

@@ -18,8 +18,8 @@ from triage.experiments.pairing import pair_lift, paired_views
 from triage.experiments.loss_inputs import binary_targets, loss_broadcast
 from triage.experiments.sequence_targets import distinct_inputs, target_lift, token_bags
 from triage.batches import named_tensors, to_device
-from triage.experiments.probes import (IGNORE_INDEX, class_targets, input_tensor, labels_unread, loss_reads,
-                                       model_output)
+from triage.experiments.probes import (IGNORE_INDEX, class_targets, example_weights, input_tensor, labels_unread,
+                                       loss_reads, model_output)
 from triage.outcomes.labels import NEIGHBOURS, LabelCheckOutcome
 from triage.judge.readings import class_ordered
 from triage.experiments.training import autocast, untouched_buffers_and_rng
@@ -79,7 +79,8 @@ def _labels(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     frequencies = counts.double() / labels.numel()
     ratio = _batch_class_ratio(per_batch, frequencies)
     knn, used = _knn_agreement(batches, p)
-    soft = _soft_target(batches[0], k, reads.floats_by_loss if reads is not None else [])
+    floats_read = reads.floats_by_loss if reads is not None else []
+    soft = _soft_target(batches[0], k, floats_read)
     soft_knn, soft_chance = _soft_agreement(batches, soft, p) if soft else (None, None)
     name = target or _name_of(batches[0], targets[0])
     shift = measure_shift(session.setup, batches[0], name, session.device, p.ignore_index)
@@ -100,6 +101,7 @@ def _labels(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
         class_ordered=class_ordered(distinct, ratio),
         knn_agreement=knn, chance_agreement=float((frequencies ** 2).sum()) if knn is not None else None,
         knn_examples=used, soft_target=soft, soft_knn_agreement=soft_knn, soft_chance_agreement=soft_chance,
+        example_weights=example_weights(session),
     )
 
 

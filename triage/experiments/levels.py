@@ -29,7 +29,8 @@ from typing import Any, Optional
 import torch
 
 from triage.batches import named_tensors
-from triage.experiments.probes import IGNORE_INDEX, class_targets, first_floating, labels_unread, model_output
+from triage.experiments.probes import (IGNORE_INDEX, class_targets, example_weights, first_floating, labels_unread,
+                                       model_output)
 from triage.experiments.training import loss_value
 from triage.judge.levels import LossLevels
 from triage.judge.readings import has_floor
@@ -78,7 +79,8 @@ def _measure(session: Any) -> LossLevels:
         prior = class_prior(session.batches, k)
         constant = None if prior is None else constant_loss(setup, batches, prior.log())
         return LossLevels(kind="classification", num_classes=k, chance=math.log(k), constant=constant,
-                          floor=_floor(constant, loss_with_output(setup, batches, _margin_on_the_label)))
+                          floor=None if example_weights(session)  # a weighted likelihood: no least value known
+                          else _floor(constant, loss_with_output(setup, batches, _margin_on_the_label)))
     mean = target_mean(session.batches, output)
     if mean is None:
         return _several_per_target(setup, session.batches, batches, output)

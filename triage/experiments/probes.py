@@ -99,7 +99,7 @@ class TensorReads:
     by_loss: list[str]
     anywhere: list[str]
     complete: bool
-    floats_by_loss: list[str]  # the floating tensors (dim >= 2) the loss itself reads: soft targets, masks, inputs
+    floats_by_loss: list[str]  # the floating tensors the loss itself reads: soft targets, example weights, masks
 
 
 @torch.no_grad()
@@ -114,7 +114,7 @@ def loss_reads(setup: Setup, batch: Any, device: torch.device) -> TensorReads:
     candidates = {name: t for name, t in named_tensors(batch) if _is_integer(t) and t.numel() > 0}
     storages = {name: t.untyped_storage().data_ptr() for name, t in candidates.items()}
     floats = {name: t.untyped_storage().data_ptr() for name, t in named_tensors(batch)
-              if t.is_floating_point() and t.dim() >= 2}
+              if t.is_floating_point() and t.dim() >= 1}
     by_loss: set[int] = set()
     anywhere: set[int] = set()
     depth = [0]
@@ -166,6 +166,24 @@ def labels_unread(session: Any) -> bool:
         name = next((n for n, t in named_tensors(batch) if t is labels), None)
         return reads.complete and not reads.by_loss and name not in reads.anywhere
     return session.memoised("labels_unread", measure)
+
+
+def example_weights(session: Any) -> Optional[str]:
+    """A float per example that the loss itself reads beside the labels (a policy gradient's returns or
+    advantages, an importance weight): the loss weighs each label's log-likelihood by it, and once it is centred
+    (returns standardised inside the loss) may go below zero by design, and a perfect prediction of the labels is
+    no least value. Its name in the batch, or None. Measured once per session on the first batch."""
+    def measure() -> Optional[str]:
+        batch = session.batches[0]
+        labels = class_targets(batch)
+        if labels is None or labels.dim() != 1:
+            return None
+        with untouched_buffers_and_rng(session.setup.model):
+            reads = loss_reads(session.setup, batch, session.device)
+        tensors = dict(named_tensors(batch))
+        return next((name for name in reads.floats_by_loss
+                     if tensors[name].dim() == 1 and tensors[name].shape[0] == labels.shape[0]), None)
+    return session.memoised("example_weights", measure)
 
 
 def _is_integer(tensor: torch.Tensor) -> bool:

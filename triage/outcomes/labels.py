@@ -95,6 +95,11 @@ class LabelCheckOutcome(LabelShift):
                                   "its own second view; ~0 where rows are paired with other examples' views.",
         json_schema_extra={"words": "views' pairing over chance"})
     pair_examples: int = Field(default=0, json_schema_extra={"words": "paired examples compared"})
+    example_weights: Optional[str] = Field(
+        default=None, description="A float per example that the loss reads beside the labels (a policy gradient's "
+                                  "returns or advantages, an importance weight): the loss weighs each label's "
+                                  "log-likelihood by it, and may go below zero by design. Its place in the batch.",
+        json_schema_extra={"words": "example weights"})
     soft_target: Optional[str] = Field(
         default=None, description="Soft targets the loss reads beside the labels (a teacher's cached logits): a "
                                   "floating (B, K) tensor of the batch, by its place in it.",
