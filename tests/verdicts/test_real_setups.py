@@ -822,3 +822,16 @@ def test_a_policy_gradient_is_no_classifier_whose_loss_went_below_zero(tmp_path)
     report, _ = triage.run(contextual_bandit, None, out=tmp_path)
     assert (report.root_cause, report.confidence) == ("healthy", "medium"), report.path
     assert "example_weights" in [f.id for f in report.findings]
+
+
+def test_sample_weights_of_a_classifier_make_no_policy_gradient(tmp_path):
+    """A classifier whose batches carry a weight per example (all 1) reads a float beside its labels too; its loss
+    never goes below zero, and nothing caps its verdict (was: every such run of the suite capped at medium)."""
+    from tests._instrument_runs import classifier_setup, digits
+
+    def weighted(model, batch):
+        x, y, w = batch
+        return (F.cross_entropy(model(x), y, reduction="none") * w).mean()
+    batches = [(x, y, torch.ones(len(y))) for x, y in digits(16)]
+    report, _ = triage.run(lambda: classifier_setup(batches=batches, loss_fn=weighted), None, out=tmp_path)
+    assert "example_weights" not in [f.id for f in report.findings], report.findings
