@@ -835,3 +835,39 @@ def test_sample_weights_of_a_classifier_make_no_policy_gradient(tmp_path):
     batches = [(x, y, torch.ones(len(y))) for x, y in digits(16)]
     report, _ = triage.run(lambda: classifier_setup(batches=batches, loss_fn=weighted), None, out=tmp_path)
     assert "example_weights" not in [f.id for f in report.findings], report.findings
+
+
+def both_factors_zeroed() -> triage.Setup:
+    """Matrix factorisation whose user and item tables are both initialised to zero (word2vec zeroes one of its
+    two tables and draws the other): every gradient is exactly 0, and the loss never moves."""
+    g = torch.Generator().manual_seed(0)
+    users, items = torch.randn(50, 4, generator=g), torch.randn(40, 4, generator=g)
+    batches = []
+    for _ in range(40):
+        u, i = torch.randint(0, 50, (64,), generator=g), torch.randint(0, 40, (64,), generator=g)
+        batches.append((u, i, (users[u] * items[i]).sum(1)))
+
+    class Factors(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.user, self.item = nn.Embedding(50, 8), nn.Embedding(40, 8)
+            nn.init.zeros_(self.user.weight)
+            nn.init.zeros_(self.item.weight)
+
+        def forward(self, u, i):
+            return (self.user(u) * self.item(i)).sum(-1)
+
+    def mse(model, batch):
+        u, i, rating = batch
+        return F.mse_loss(model(u, i), rating)
+    model = Factors()
+    return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-2), loss_fn=mse,
+                        batches=batches)
+
+
+def test_tables_zeroed_on_both_sides_are_a_bad_init_that_a_drawn_init_fixes(tmp_path):
+    """Was: healthy (low): the loss sat still, no restart from PyTorch's default init (N(0, 1) tables) beat it
+    within the steps, and the run's own init scaled down is still zero. A matrix the init left constant is drawn
+    small instead, and that restart trains."""
+    report, _ = triage.run(both_factors_zeroed, None, out=tmp_path)
+    assert report.root_cause == "bad_initialization", (report.root_cause, report.path)

@@ -5,7 +5,9 @@
   zero biases: what ReLU-family nets are meant to start from.
 - `xavier`: the default, then Xavier/Glorot normal on Linear and Conv weights and zero biases, with the
   gain of the net's saturating activation (5/3 for tanh, 1 for sigmoid): for tanh/sigmoid nets.
-- `scaled`: the run's own init (setup() as written) with every weight matrix scaled down.
+- `scaled`: the run's own init (setup() as written) with every weight matrix scaled down; a matrix it left
+  constant (all zeros: word2vec's two tables zeroed where one should be drawn), which no scaling moves and
+  whose gradient is zero where its partner's is too, drawn uniform within +-1/(its last dim) instead.
 Recurrent, attention, embedding and norm layers keep their default init in `kaiming` and `xavier`:
 both schemes are defined for feed-forward layers.
 """
@@ -28,7 +30,9 @@ def apply_init(model: nn.Module, kind: InitKind, scale: float = 0.1) -> None:
         return
     if kind == "scaled":
         for p in model.parameters():
-            if p.dim() >= 2:
+            if p.dim() >= 2 and bool((p == p.reshape(-1)[0]).all()):
+                p.uniform_(-1 / p.shape[-1], 1 / p.shape[-1])
+            elif p.dim() >= 2:
                 p.mul_(scale)
         return
     for module in model.modules():
