@@ -66,10 +66,13 @@ MEMORISES = 0.5  # a replay on 2 examples halves its loss: the model can learn w
 # An optimizer built on the wrong parameters: over half of those it holds get no gradient (a frozen head or
 # two is a design; most of the model is a misbuilt optimizer).
 MISSED_BY_OPTIMIZER = 0.5
-# A loss that runs off below zero: negative at the replay's start and 100 times that at its end, 40 steps on.
-# A loss negative by nature (a Gaussian NLL, an ELBO) moves by a few times over a replay from a recent
-# checkpoint; a term with the wrong sign (a KL added where it is subtracted: -1.1e4 to -2.3e9) runs away.
+# A loss that runs off below zero: negative at the replay's start and 100 times that at its end, 40 steps on;
+# or half as far again below zero, by a fall larger than the whole loss at setup()'s init. A loss negative by
+# nature (a Gaussian NLL, an ELBO, a flow's NLL) moves by a fraction of itself over a replay from a recent
+# checkpoint (a healthy RealNVP -1.23 -> -1.38); a term with the wrong sign runs away (a KL added where it is
+# subtracted: -1.1e4 -> -2.3e9; a CRF's log-likelihood not negated: -49 -> -90, its init at -12).
 RUNS_OFF = 100
+RUNS_FAR = 1.5
 # Two views handed to the model, no labels read (label_check's pair_lift): paired at random the lift is 0, its
 # standard error about 1.2 / sqrt(n) (0.026 at 500 examples); real pairs score well above (a CLIP's image and
 # caption 0.88, two augmentations of one digit 0.10). Under 0.05 over 500 examples or more: unpaired.
@@ -313,8 +316,13 @@ NAMED: dict[str, NamedRule] = {
         "and $labels.out_of_range_read == false",
         "a classifier's labels lie outside the range of its outputs, and its loss ran on them without complaint"),
     "runs_off": NamedRule(
-        ("replay",), f"$replay.loss_start < 0 and $replay.loss_end < {RUNS_OFF} * $replay.loss_start",
-        "the replay's loss, below zero at its start, ends 100 times as far below zero: it falls without bound"),
+        ("replay", "init"),
+        f"$replay.loss_start < 0 and ($replay.loss_end < {RUNS_OFF} * $replay.loss_start or "
+        f"($replay.loss_end < {RUNS_FAR} * $replay.loss_start and ("
+        "($init.loss_setup_init > 0 and $replay.loss_end < $replay.loss_start - $init.loss_setup_init) or "
+        "($init.loss_setup_init < 0 and $replay.loss_end < $replay.loss_start + $init.loss_setup_init))))",
+        "the replay's loss, below zero at its start, ends 100 times as far below zero, or half as far again by a "
+        "fall larger than the whole loss at setup()'s init: it falls without bound"),
     "views_unpaired": NamedRule(
         ("labels",), f"$labels.pair_lift < {UNPAIRED_LIFT} and $labels.pair_examples >= {PAIRED_EXAMPLES}",
         "the two views the model is handed pair no better than at random: an example's nearest neighbour by its "
