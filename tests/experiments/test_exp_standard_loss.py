@@ -87,6 +87,17 @@ def test_a_weighted_standard_loss_is_told_from_a_loss_of_its_own_making():
         out = run(OUTPUT_CHECK, session_of(lambda: classifier_setup(batches=batches, loss_fn=loss_fn)))
         assert out.gradient_vs_standard > 0.05, loss_fn.__name__
         assert (out.weighting_spread < 0.05) is weighting, (loss_fn.__name__, out.weighting_spread)
+    # A loss that sends the output no gradient, or the standard one's negated: no positive weight makes either.
+    def detached(model, batch):
+        x, y = batch
+        return F.cross_entropy(model(x).detach(), y) + 0 * sum(p.sum() for p in model.parameters())
+
+    def negated(model, batch):
+        x, y = batch
+        return -F.cross_entropy(model(x), y)
+    for loss_fn in (detached, negated):
+        out = run(OUTPUT_CHECK, session_of(lambda: classifier_setup(batches=digits(4), loss_fn=loss_fn)))
+        assert out.weighting_spread == 1.0, (loss_fn.__name__, out.weighting_spread)
 
 def test_trained_on_the_standard_loss_the_smoothed_run_learns_and_both_curves_share_its_unit():
     factory = lambda: classifier_setup(loss_fn=smoothed)  # noqa: E731

@@ -835,6 +835,37 @@ def test_sample_weights_of_a_classifier_make_no_policy_gradient(tmp_path):
     batches = [(x, y, torch.ones(len(y))) for x, y in digits(16)]
     report, _ = triage.run(lambda: classifier_setup(batches=batches, loss_fn=weighted), None, out=tmp_path)
     assert "example_weights" not in [f.id for f in report.findings], report.findings
+    from tests._instrument_runs import session_of
+    from triage.experiments.levels import loss_levels
+    assert loss_levels(session_of(lambda: classifier_setup(batches=batches, loss_fn=weighted))).floor is not None
+
+
+def test_a_model_of_two_inputs_with_a_target_is_no_pair_of_views():
+    """A regressor handed two float inputs, scored against a float target the loss reads: no labels are read,
+    but its inputs are no views of one example whose pairing is the supervision (the reviewer's case: pairing
+    -0.006 over 1024 examples, which views_unpaired would have read as unpaired)."""
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.labels import LABEL_CHECK
+
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(64, 4, generator=g), torch.randn(64, 3, generator=g), torch.randn(64, 1, generator=g))
+               for _ in range(20)]
+
+    class TwoInputs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(7, 1)
+
+        def forward(self, a, b):
+            return self.net(torch.cat([a, b], dim=-1))
+
+    def mse(model, batch):
+        a, b, y = batch
+        return F.mse_loss(model(a, b), y)
+    model = TwoInputs()
+    out = run(LABEL_CHECK, session_of(lambda: triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                                                           loss_fn=mse, batches=batches)))
+    assert out.paired_views is None and out.pair_lift is None
 
 
 def both_factors_zeroed() -> triage.Setup:

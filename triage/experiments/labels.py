@@ -36,8 +36,12 @@ def measure(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     outcome = _labels(ctx, p)
     if outcome.is_classification or (class_targets(ctx.session.batches[0]) is not None and not labels_unread(ctx.session)):
         return outcome
-    # No labels read: where the model is handed two views of each example, their pairing is the supervision.
+    # No labels read: where the model is handed two views of each example, and the loss itself reads no float
+    # beside them (a regressor's target), their pairing is the supervision.
     views = paired_views(ctx.session)
+    if views and not set(loss_reads(ctx.session.setup, ctx.session.batches[0], ctx.session.device).floats_by_loss) \
+            <= set(views):
+        views = None
     lift, compared = pair_lift(ctx.session.batches, views, p.knn_examples) if views else (None, 0)
     return outcome.model_copy(update=dict(paired_views=list(views) if views else None, pair_lift=lift,
                                           pair_examples=compared))

@@ -22,8 +22,9 @@ from triage.load.data_guard import copy_batch
 MIN_EXAMPLES = 32  # fewer examples than this leave the ranks too noisy to read
 
 
-class _Stop(Exception):
-    """Raised by the forward pre-hook once the model's inputs are in hand."""
+class _Stop(BaseException):
+    """Raised by the forward pre-hook once the model's inputs are in hand (not an Exception: a loss's own
+    `except Exception` must not swallow it)."""
 
 
 def paired_views(session: Any) -> Optional[tuple[str, str]]:

@@ -90,10 +90,10 @@ def class_targets(batch: Any) -> Optional[torch.Tensor]:
 
 @dataclass(frozen=True)
 class TensorReads:
-    """Which integer tensors of a batch one call of the loss function reads (named as `named_tensors` names
-    them). `by_loss`: read by the loss itself, outside the model's forward (the targets it scores the
-    output against). `anywhere`: read at all, the model's forward included (token ids, a Hugging Face
-    model's `labels`). `complete`: the call ran to its end; where it raised, what it would have read after
+    """Which tensors of a batch one call of the loss function reads (named as `named_tensors` names them).
+    `by_loss`: the integer ones read by the loss itself, outside the model's forward (the targets it scores the
+    output against). `anywhere`: the integer ones read at all, the model's forward included (token ids, a
+    Hugging Face model's `labels`). `complete`: the call ran to its end; where it raised, what it would have read after
     is not known."""
 
     by_loss: list[str]
@@ -169,8 +169,8 @@ def labels_unread(session: Any) -> bool:
 
 
 def example_weights(session: Any) -> Optional[str]:
-    """A float per example that the loss itself reads beside the labels (a policy gradient's returns or
-    advantages, an importance weight): the loss weighs each label's log-likelihood by it, and once it is centred
+    """A float per example, not the same for all, that the loss itself reads beside the labels (a policy
+    gradient's returns or advantages, an importance weight): the loss weighs each label's log-likelihood by it, and once it is centred
     (returns standardised inside the loss) may go below zero by design, and a perfect prediction of the labels is
     no least value. Its name in the batch, or None. Measured once per session on the first batch."""
     def measure() -> Optional[str]:
@@ -181,8 +181,8 @@ def example_weights(session: Any) -> Optional[str]:
         with untouched_buffers_and_rng(session.setup.model):
             reads = loss_reads(session.setup, batch, session.device)
         tensors = dict(named_tensors(batch))
-        return next((name for name in reads.floats_by_loss
-                     if tensors[name].dim() == 1 and tensors[name].shape[0] == labels.shape[0]), None)
+        return next((name for name in reads.floats_by_loss if tensors[name].dim() == 1
+                     and tensors[name].shape[0] == labels.shape[0] and tensors[name].unique().numel() > 1), None)
     return session.memoised("example_weights", measure)
 
 

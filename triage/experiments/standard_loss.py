@@ -197,6 +197,8 @@ def _weighting_spread(g_own: torch.Tensor, g_standard: torch.Tensor, groups: Opt
     ratio, groups = g_own[moved] / g_standard[moved], groups[moved]
     if ratio.numel() == 0:
         return None
+    if bool((ratio <= 0).any()):  # no gradient, or one pointing the other way: no positive weight makes it
+        return 1.0
     spreads = []
     for g in groups.unique():
         low, high = ratio[groups == g].min(), ratio[groups == g].max()
