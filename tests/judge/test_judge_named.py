@@ -105,10 +105,12 @@ def test_memorises_also_counts_ending_under_half_the_loss_of_learning_nothing(ra
     assert decide("memorises(n)", figures) is memorises
 
 
-@pytest.mark.parametrize("nothing, floor, levelless", [(None, None, True), (0.69, None, False),
-                                                        (None, 0.0, False), (2.3, 0.0, False)])
-def test_levelless_is_a_loss_with_neither_a_level_of_learning_nothing_nor_a_floor(nothing, floor, levelless):
-    assert decide("levelless(n)", {("n", "nothing_level"): nothing, ("n", "loss_floor"): floor}) is levelless
+@pytest.mark.parametrize("status, nothing, floor, levelless", [
+    ("ok", None, None, True), ("ok", 0.69, None, False), ("ok", None, 0.0, False), ("ok", 2.3, 0.0, False),
+    ("error", None, None, False)])  # a replay that raised measured no level: that is no levelless loss
+def test_levelless_is_a_loss_with_neither_a_level_of_learning_nothing_nor_a_floor(status, nothing, floor, levelless):
+    figures = {("n", "status"): status, ("n", "nothing_level"): nothing, ("n", "loss_floor"): floor}
+    assert decide("levelless(n)", figures) is levelless
 
 
 @pytest.mark.parametrize("share, kept", [(0.0, False), (0.45, False), (0.5, True), (1.0, True), (None, None)])
@@ -288,3 +290,15 @@ def test_repeats_like_training_is_an_overlap_the_datas_own_repetition_explains(s
 def test_val_rises_needs_the_end_clearly_above_the_start(ratio, start, end, rises):
     figures = {("v", "val_ratio"): ratio, ("v", "val_start"): start, ("v", "val_end"): end}
     assert decide("val_rises(v)", figures) is rises
+
+
+@pytest.mark.parametrize("start, end, kept, init, runs_off", [
+    (-1e4, -2e9, None, -100.0, True),  # 100 times as far below zero: whatever its pace
+    (-49.0, -90.0, 1.22, -12.0, True),  # a CRF's log-likelihood not negated: half as far again, at its pace
+    (-1.0, -1.6, 0.4, -0.2, False),  # a likelihood early in its training: as far, but slowing as it settles
+    (-1.23, -1.38, 1.03, 1.88, False),  # a healthy flow late in training: at its pace, 12% further
+    (-49.0, -60.0, 1.22, -12.0, False)])  # not half as far again
+def test_runs_off_is_a_loss_below_zero_that_falls_without_bound(start, end, kept, init, runs_off):
+    figures = {("n", "loss_start"): start, ("n", "loss_end"): end, ("n", "fall_kept"): kept,
+               ("i", "loss_setup_init"): init}
+    assert decide("runs_off(n, i)", figures) is runs_off

@@ -197,6 +197,51 @@ def test_a_flat_sum_of_several_optimizers_losses_is_said_to_be_no_plateau_by_its
     assert "plateau" not in report.path and "2 optimizers" in report.fix
 
 
+def two_optimizers_one_triplet_loss(lr: float = 1e-3) -> triage.Setup:
+    """An embedding net trained on a triplet margin loss (no labels: neither a level of learning nothing nor a
+    floor is measured for it), its body and its head each with an Adam of its own (as Muon beside AdamW), both
+    stepped after one backward of one loss."""
+    g = torch.Generator().manual_seed(0)
+    centres = torch.randn(8, 16, generator=g) * 2
+    batches = []
+    for _ in range(16):
+        a, n = torch.randint(0, 8, (64,), generator=g), torch.randint(0, 8, (64,), generator=g)
+        noise = lambda: torch.randn(64, 16, generator=g) * 0.5  # noqa: E731
+        batches.append((centres[a] + noise(), centres[a] + noise(), centres[n] + noise()))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 8))
+    optimizers = {"body": torch.optim.Adam(model[0].parameters(), lr=lr),
+                  "head": torch.optim.Adam(model[2].parameters(), lr=lr)}
+
+    def loss_fn(m, batch):
+        anchor, positive, negative = (m(t) for t in batch)
+        return nn.functional.triplet_margin_loss(anchor, positive, negative, margin=1.0)
+
+    def step(m, opts, batch):
+        opts["body"].zero_grad(); opts["head"].zero_grad()
+        loss = loss_fn(m, batch)
+        loss.backward()
+        opts["body"].step(); opts["head"].step()
+        return loss.detach()
+    return triage.Setup(model=model, optimizers=optimizers, loss_fn=loss_fn, train_step=step, batches=batches)
+
+
+def test_several_optimizers_are_several_objectives_only_where_each_steps_its_own_loss():
+    from tests._gan_tiny import gan_setup
+
+    assert run(LOOP_DIFF, session_of(lambda: gan_setup(lr=2e-4))).separate_objectives
+    assert not run(LOOP_DIFF, session_of(two_optimizers_one_triplet_loss)).separate_objectives
+
+
+def test_two_optimizers_on_one_levelless_loss_are_one_objective_a_fix_is_judged_by(tmp_path):
+    """Was: healthy (low), "several optimizers, each on its own loss", with no fix tried: any run with two
+    optimizers and a loss with no level went there. Body and head on one triplet loss, both at lr 1e-7 where
+    1e-3 trains: the walk goes on to the plateau's fixes."""
+    report, _ = triage.run(lambda: two_optimizers_one_triplet_loss(lr=1e-7), None, out=tmp_path)
+    assert "healthy_several_objectives" not in report.path and "plateau" in report.path, report.path
+    assert report.root_cause == "lr_too_low", (report.root_cause, report.path)
+
+
 def test_a_second_optimizer_setup_did_not_hand_triage_is_named_not_ignored(tmp_path):
     from tests._gan_tiny import gan_setup
 

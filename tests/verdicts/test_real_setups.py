@@ -824,19 +824,26 @@ def test_a_policy_gradient_is_no_classifier_whose_loss_went_below_zero(tmp_path)
     assert "example_weights" in [f.id for f in report.findings]
 
 
-def test_sample_weights_of_a_classifier_make_no_policy_gradient(tmp_path):
-    """A classifier whose batches carry a weight per example (all 1) reads a float beside its labels too; its loss
-    never goes below zero, and nothing caps its verdict (was: every such run of the suite capped at medium)."""
+@pytest.mark.parametrize("weights", ["ones", "importance"])
+def test_sample_weights_of_a_classifier_make_no_policy_gradient(tmp_path, weights):
+    """A classifier whose batches carry a weight per example (all 1, or importance weights from 0.5 to 2) reads a
+    float beside its labels too; every weight pushes its label up, its loss never goes below zero, and nothing caps
+    its verdict (was: every such run of the suite capped at medium; importance weights were still read as a policy
+    gradient's returns)."""
     from tests._instrument_runs import classifier_setup, digits
 
     def weighted(model, batch):
         x, y, w = batch
         return (F.cross_entropy(model(x), y, reduction="none") * w).mean()
-    batches = [(x, y, torch.ones(len(y))) for x, y in digits(16)]
+    g = torch.Generator().manual_seed(0)
+    batches = [(x, y, torch.ones(len(y)) if weights == "ones" else 0.5 + 1.5 * torch.rand(len(y), generator=g))
+               for x, y in digits(16)]
     report, _ = triage.run(lambda: classifier_setup(batches=batches, loss_fn=weighted), None, out=tmp_path)
     assert "example_weights" not in [f.id for f in report.findings], report.findings
-    from tests._instrument_runs import session_of
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.labels import LABEL_CHECK
     from triage.experiments.levels import loss_levels
+    assert run(LABEL_CHECK, session_of(lambda: classifier_setup(batches=batches, loss_fn=weighted))).example_weights is None
     assert loss_levels(session_of(lambda: classifier_setup(batches=batches, loss_fn=weighted))).floor is not None
 
 
@@ -929,3 +936,44 @@ def test_a_log_likelihood_handed_to_a_minimiser_falls_without_bound(tmp_path):
 
     report = train_and_triage(tmp_path, log_likelihood_not_negated, 30)
     assert (report.root_cause, report.path[-1]) == ("wrong_loss", "wrong_loss_runs_off"), report.path
+
+
+def hardest_batches_first(tmp_path):
+    """A digits classifier trained 25 steps, saved without its optimizer, and a snapshot whose first 8 batches hold
+    the examples it scores worst (the rest in random order); the run's Adam at lr 1e-8, where 1e-3 trains."""
+    from tests._instrument_runs import cross_entropy, digits, mlp
+
+    torch.manual_seed(0)
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = digits(28, 64)
+    for step in range(25):
+        optimizer.zero_grad()
+        cross_entropy(model, batches[step % len(batches)]).backward()
+        optimizer.step()
+    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+    with torch.no_grad():
+        order = F.cross_entropy(model(x), y, reduction="none").argsort(descending=True)
+    order = torch.cat([order[:256], order[256:][torch.randperm(len(order) - 256,
+                                                               generator=torch.Generator().manual_seed(0))]])
+    snapshot = [(x[order][i:i + 32], y[order][i:i + 32]) for i in range(0, 40 * 32, 32)]
+    torch.save({"model": model.state_dict()}, tmp_path / "ckpt.pt")
+
+    def setup() -> triage.Setup:
+        torch.manual_seed(0)
+        net = mlp()
+        return triage.Setup(model=net, optimizer=torch.optim.Adam(net.parameters(), lr=1e-8), loss_fn=cross_entropy,
+                            batches=snapshot)
+    return setup, tmp_path / "ckpt.pt"
+
+
+def test_a_fall_the_batches_make_is_no_run_that_trains(tmp_path):
+    """Was: healthy (medium), "it trains": the replay's loss fell from 2.16 to 1.46 because its last steps' batches
+    are easier than its first steps' (a PointNet whose ReduceLROnPlateau, stepped per batch, had taken its LR to
+    2e-6 fell 11% that way). Its weights moved 2e-6 of their norm, and its last batches score the same at its end
+    as at its start: it stalls, and a higher LR is the fix."""
+    setup, checkpoint = hardest_batches_first(tmp_path)
+    report, _ = triage.run(setup, checkpoint, out=tmp_path / "report")
+    baseline = report.experiment("baseline").outcome
+    assert baseline["loss_ratio"] < 0.9 and abs(baseline["same_batches_ratio"] - 1) < 0.01
+    assert report.root_cause == "lr_too_low", report.path

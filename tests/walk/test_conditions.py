@@ -84,14 +84,20 @@ def test_a_named_rule_is_the_judges_rule_on_the_nodes_it_names_unknowns_included
     """`stalls(b)` decides as its rule written out on b would: a 7% drop stalls only at a slow pace, and
     with the pace unknown it is unknown (not taken), never a stall by default."""
     stalls = parse_condition("stalls(b)")
-    assert stalls.refs == {("b", "level_ratio"), ("b", "loss_ratio"), ("b", "pace_vs_run")}
-    slow = {("b", "level_ratio"): 0.5, ("b", "loss_ratio"): 0.93, ("b", "pace_vs_run"): 0.05}
+    assert stalls.refs == {("b", "level_ratio"), ("b", "loss_ratio"), ("b", "pace_vs_run"), ("b", "same_batches_ratio")}
+    slow = {("b", "level_ratio"): 0.5, ("b", "loss_ratio"): 0.93, ("b", "pace_vs_run"): 0.05,
+            ("b", "same_batches_ratio"): None}
     keeping_up = {**slow, ("b", "pace_vs_run"): 0.5}
     unknown_pace = {**slow, ("b", "pace_vs_run"): None}
     assert stalls.evaluate(lambda n, f: slow[(n, f)]) is True
     assert stalls.evaluate(lambda n, f: keeping_up[(n, f)]) is False
     assert stalls.value(lambda n, f: unknown_pace[(n, f)]) is None
     assert parse_condition("slows_to_a_stall(b)").evaluate(lambda n, f: keeping_up[(n, f)]) is True
+    # Weights that barely moved (same_batches_ratio is measured only then), and its last batches scoring as they
+    # did at its start: a stall, however far its loss fell between its first batches and its last.
+    still = {**keeping_up, ("b", "loss_ratio"): 0.67}
+    assert stalls.evaluate(lambda n, f: {**still, ("b", "same_batches_ratio"): 1.0}[(n, f)]) is True
+    assert stalls.evaluate(lambda n, f: {**still, ("b", "same_batches_ratio"): 0.7}[(n, f)]) is False
 
 
 def test_a_named_rule_inside_a_condition_keeps_its_own_precedence():
@@ -117,7 +123,8 @@ def test_a_call_the_judge_does_not_have_is_refused_with_what_it_has(text, messag
 
 def test_a_named_rule_is_spelt_out_in_place_whatever_the_line_breaks_and_characters_around_it():
     """ast counts a lone \r as a line break and its offsets in UTF-8 bytes: the call is replaced where it is."""
-    values = {("x", "name"): "é", ("b", "level_ratio"): 0.95, ("b", "loss_ratio"): 1.0, ("b", "pace_vs_run"): None}
+    values = {("x", "name"): "é", ("b", "level_ratio"): 0.95, ("b", "loss_ratio"): 1.0, ("b", "pace_vs_run"): None,
+              ("b", "same_batches_ratio"): None}
     for text in ("(x.name == 'é' and\r stalls(b))", "(x.name == 'é' and\r\n stalls(b))", "(x.name == 'é' and\n stalls(b))"):
         condition = parse_condition(text)
         assert condition.evaluate(lambda n, f: values[(n, f)]) is True, text

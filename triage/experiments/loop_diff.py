@@ -81,6 +81,7 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
         grad_growth=grad_growth, stale_optimizer=stale_name,
         stale_gradient_share=stale.kept[stale_name] / stale.compared[stale_name] if stale_name else None,
         stale_steps=stale.kept.get(stale_name), stale_compared=stale.compared.get(stale_name),
+        separate_objectives=watch.calls_of_several_phases > watch.calls / 2,
         left_in_eval=watch.eval_forwards > 0,
         eval_forward_fraction=watch.eval_forwards / watch.forwards if watch.forwards else 0.0,
         eval_after_step=watch.eval_after_step,
@@ -164,6 +165,9 @@ class _UserStepWatch:
         self._ratio: Optional[float] = None  # this call's first step: |step gradient| / |window's fresh|
         self.stepped_this_call = False
         self._active = False
+        # Backward, step, backward again, step: the optimizer steps that each follow a fresh backward, per call.
+        self._backward_since_step, self._phases = False, 0
+        self.calls = self.calls_of_several_phases = 0
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -199,10 +203,13 @@ class _UserStepWatch:
     @contextlib.contextmanager
     def counting(self) -> Iterator[None]:
         self._active, self.stepped_this_call, self._ratio = True, False, None
+        self._backward_since_step, self._phases = False, 0
         try:
             yield
         finally:
             self._active = False
+            self.calls += 1
+            self.calls_of_several_phases += self._phases > 1
 
     def after_step(self, norm: float) -> Optional[float]:
         """Close one user step: its ratio (None: no optimizer step; for a loop with no optimizer object,
@@ -221,6 +228,8 @@ class _UserStepWatch:
         if not self._active:
             return
         self.optimizer_steps += 1
+        self._phases += self._backward_since_step
+        self._backward_since_step = False
         if self.stepped_this_call:  # the second optimizer of a set in the same call: its window is gone
             return
         self.stepped_this_call = True
@@ -247,6 +256,7 @@ class _UserStepWatch:
     def _on_grad(self, grad: torch.Tensor) -> None:
         if self._active:
             self.grad_events += 1
+            self._backward_since_step = True
 
 
 class _StaleGradients:

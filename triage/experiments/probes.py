@@ -169,10 +169,12 @@ def labels_unread(session: Any) -> bool:
 
 
 def example_weights(session: Any) -> Optional[str]:
-    """A float per example, not the same for all, that the loss itself reads beside the labels (a policy
-    gradient's returns or advantages, an importance weight): the loss weighs each label's log-likelihood by it, and once it is centred
-    (returns standardised inside the loss) may go below zero by design, and a perfect prediction of the labels is
-    no least value. Its name in the batch, or None. Measured once per session on the first batch."""
+    """A float per example, not the same for all, that the loss itself reads beside the labels and that weighs
+    some labels' log-likelihood up and others' down (a policy gradient's centred returns or advantages): such a
+    loss goes below zero by design, and a perfect prediction of the labels is no least value. Its name in the
+    batch, or None; None too where every example's label is pushed up (importance or class-balancing weights:
+    a weighted likelihood, whose floor is still a perfect prediction). Measured once per session on the first
+    batch."""
     def measure() -> Optional[str]:
         batch = session.batches[0]
         labels = class_targets(batch)
@@ -181,9 +183,42 @@ def example_weights(session: Any) -> Optional[str]:
         with untouched_buffers_and_rng(session.setup.model):
             reads = loss_reads(session.setup, batch, session.device)
         tensors = dict(named_tensors(batch))
-        return next((name for name in reads.floats_by_loss if tensors[name].dim() == 1
+        name = next((name for name in reads.floats_by_loss if tensors[name].dim() == 1
                      and tensors[name].shape[0] == labels.shape[0] and tensors[name].unique().numel() > 1), None)
+        return name if name is not None and _labels_pushed_both_ways(session, batch, labels) is not False else None
     return session.memoised("example_weights", measure)
+
+
+def _labels_pushed_both_ways(session: Any, batch: Any, labels: torch.Tensor) -> Optional[bool]:
+    """Whether the loss's gradient on the labels' scores (the model's output, one row per label) raises some and
+    lowers others; None where the output has no row per label or carries no gradient."""
+    setup = session.setup
+    captured: list[torch.Tensor] = []
+
+    def hook(module, inputs, output):
+        tensor = first_floating(output)
+        if tensor is not None and not captured:
+            captured.append(tensor)
+
+    handle = setup.model.register_forward_hook(hook)
+    try:
+        with untouched_buffers_and_rng(setup.model), torch.enable_grad(), autocast(setup.precision, session.device):
+            loss = setup.loss_fn(setup.model, batch)
+    except Exception:  # noqa: BLE001 - the loss ran once already (loss_reads); here it only tells the sign
+        return None
+    finally:
+        handle.remove()
+    output = captured[0] if captured else None
+    if (output is None or not output.requires_grad or output.dim() != 2 or output.shape[0] != labels.shape[0]
+            or not isinstance(loss, torch.Tensor) or not loss.requires_grad):
+        return None
+    (grad,) = torch.autograd.grad(loss, output, allow_unused=True)
+    if grad is None:
+        return None
+    inside = (labels >= 0) & (labels < output.shape[1])
+    pushes = grad.float()[torch.arange(labels.shape[0], device=grad.device)[inside], labels[inside].to(grad.device)]
+    tiny = 1e-6 * float(pushes.abs().max()) if pushes.numel() else 0.0
+    return bool((pushes > tiny).any() and (pushes < -tiny).any())
 
 
 def _is_integer(tensor: torch.Tensor) -> bool:

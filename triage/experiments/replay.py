@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from triage.contract import Precision
 from triage.experiments.alongside import Alongside, ready_alongside
 from triage.experiments.base import Abandoned, Context, Experiment, NotApplicable, Params
-from triage.experiments.inits import InitKind, apply_init
+from triage.experiments.inits import InitKind, apply_init, stuck_constants
 from triage.experiments.dead_units import find_dead_units, revive
 from triage.experiments.fingerprint import first_examples
 from triage.experiments.interventions import held_at_peak, swap_saturating, unfrozen, unsquash, unsquashed
@@ -28,6 +28,7 @@ from triage.experiments.levels import loss_levels
 from triage.experiments.own_step import Candidate, OwnStep
 from triage.experiments.probes import IGNORE_INDEX
 from triage.experiments.pace import pace_vs_run
+from triage.experiments.same_batches import same_batches_ratio
 from triage.experiments.schedule import RunSchedule
 from triage.experiments.training import (autocast, current_lr, grad_scaler, loss_value,
                                          param_vector_norm, reference_step, scale_weight_decay,
@@ -36,6 +37,7 @@ from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, pair
 from triage.judge.extension import ReferenceFigures, worth_more_steps
 from triage.judge.fix import end_of, highest_working_end, sane_level
 from triage.judge.levels import below_floor
+from triage.judge.named import WEIGHTS_STILL
 from triage.judge.race import Bar, lowest, noise, out_of_contention
 from triage.views import Curve, Line
 from triage.outcomes.replay import ReplayOutcome
@@ -187,7 +189,8 @@ def _measured(ctx: Context, p: ReplayParams, loss_fn, race: bool, beat: Optional
         setup = setup.model_copy(update={"loss_fn": loss_fn})
     if p.swap_saturating:
         swap_saturating(setup.model)
-    apply_init(setup.model, p.init, p.init_scale)
+    apply_init(setup.model, p.init, p.init_scale,
+               stuck_constants(setup, session.batches[0], session.device) if p.init == "scaled" else frozenset())
     if p.revive_dead:
         revive(find_dead_units(setup, session.batches[:8], session.device), setup.optimizer)
     with contextlib.ExitStack() as undo:  # interventions that change the user's objects are put back
@@ -603,7 +606,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         loss_ratio=_ratio(start, end) if t.first_bad is None else None,
         loss_min=min(finite_losses) if finite_losses else None,
         loss_max=max(finite_losses) if finite_losses else None,
-        log_slope=slope, log_slope_se=slope_se,
+        log_slope=slope, log_slope_se=slope_se, fall_kept=_fall_kept(finite_losses),
         max_rise=_max_rise(finite_losses, start),
         max_grad_norm=max(finite_norms) if finite_norms else None,
         median_grad_norm=float(np.median(finite_norms)) if finite_norms else None,
@@ -616,7 +619,23 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         val_start=t.val_losses[0] if t.val_losses else None,
         val_end=t.val_losses[-1] if t.val_losses else None,
         val_final=t.val_final if t.val_final is not None and math.isfinite(t.val_final) else None,
+        same_batches_ratio=same_batches_ratio(ctx.session, ctx.session.setup, t.start_weights, t.batch_order,
+                                              len(t.losses))
+        if weights_finite and moved.norm().item() < WEIGHTS_STILL * t.weight_norm_start and p.init == "checkpoint"
+        and not p.subset and not p.realign_labels_of and model is ctx.session.setup.model else None,
     )
+
+
+def _fall_kept(losses: list[float]) -> Optional[float]:
+    """The loss's fall over the second half of the steps over its fall over the first (medians of the first,
+    middle and last fifth): about 1 or more for a loss that falls at a steady or growing pace, well under 1
+    for one that slows as it settles; None where it did not fall over the first half."""
+    if len(losses) < 10:
+        return None
+    k = len(losses) // 5
+    middle = len(losses) // 2 - k // 2
+    first, mid, last = (float(np.median(part)) for part in (losses[:k], losses[middle:middle + k], losses[-k:]))
+    return (mid - last) / (first - mid) if first > mid else None
 
 
 def _overflows(t: _Trace) -> dict:

@@ -171,39 +171,52 @@ class Comparison(NamedTuple):
 # positives or negatives (binary cross-entropy). Where the run's gradient is the standard's times one positive
 # weight per group, its loss is the standard one weighted (pos_weight, class weights): a choice, and the
 # standard loss wins on its own scale by construction.
-def _groups(rule: Rule, output: torch.Tensor, batch: Any) -> Optional[torch.Tensor]:
+class Groups(NamedTuple):
+    width: int  # elements per row: a row is one example's scores (cross-entropy) or one element (binary)
+    of_rows: torch.Tensor  # each row's group, (rows,)
+
+
+def _groups(rule: Rule, output: torch.Tensor, batch: Any) -> Optional[Groups]:
     if rule == "cross_entropy":
         labels = class_targets(batch)
         if labels is None or labels.numel() * output.shape[-1] != output.numel():
             return None
-        return labels.reshape(-1, 1).to(output.device).long().expand(-1, output.shape[-1]).reshape(output.shape)
+        return Groups(output.shape[-1], labels.reshape(-1).to(output.device).long())
     if rule in ("binary_cross_entropy", "binary_cross_entropy_on_probabilities"):
         target = regression_target(batch, output.numel())
         if target is None:
             return None
         columns = torch.arange(output.shape[-1], device=output.device).expand(output.shape)
-        return columns * 2 + (target.reshape(output.shape).to(output.device) > 0.5).long()
+        return Groups(1, (columns * 2 + (target.reshape(output.shape).to(output.device) > 0.5).long()).reshape(-1))
     return None
 
 
-def _weighting_spread(g_own: torch.Tensor, g_standard: torch.Tensor, groups: Optional[torch.Tensor]) -> Optional[float]:
+def _weighting_spread(g_own: torch.Tensor, g_standard: torch.Tensor, groups: Optional[Groups]) -> Optional[float]:
     """The largest spread of d own / d standard within a group, (max - min) / the larger of the two in size, over
     the elements the standard gradient moves: 0 for one weight per group, under 1 for positive weights, 1 or more
-    where the two point different ways; None where no groups are known."""
+    where the two point different ways; None where no groups are known. Each row is reduced to its least and
+    largest ratio first, so a language model's (batch, time, vocabulary) output costs a few copies of itself."""
     if groups is None:
         return None
-    g_own, g_standard, groups = g_own.double().reshape(-1), g_standard.double().reshape(-1), groups.reshape(-1)
+    g_own = g_own.detach().float().reshape(-1, groups.width)
+    g_standard = g_standard.detach().float().reshape(-1, groups.width)
     moved = g_standard.abs() > 1e-6 * g_standard.abs().max()
-    ratio, groups = g_own[moved] / g_standard[moved], groups[moved]
-    if ratio.numel() == 0:
+    ratio = g_own / torch.where(moved, g_standard, torch.ones_like(g_standard))
+    if not bool(moved.any()):
         return None
-    if bool((ratio <= 0).any()):  # no gradient, or one pointing the other way: no positive weight makes it
+    if bool(((ratio <= 0) & moved).any()):  # no gradient, or one pointing the other way: no positive weight makes it
         return 1.0
-    spreads = []
-    for g in groups.unique():
-        low, high = ratio[groups == g].min(), ratio[groups == g].max()
-        spreads.append((high - low) / torch.maximum(high.abs(), low.abs()).clamp_min(1e-12))
-    return float(torch.stack(spreads).max())
+    low = torch.where(moved, ratio, torch.full_like(ratio, math.inf)).amin(-1)
+    high = torch.where(moved, ratio, torch.full_like(ratio, -math.inf)).amax(-1)
+    rows = moved.any(-1)
+    low, high, of_rows = low[rows], high[rows], groups.of_rows[rows]
+    of_rows = of_rows - of_rows.min()
+    count = int(of_rows.max()) + 1
+    low = torch.full((count,), math.inf, device=low.device).scatter_reduce(0, of_rows, low, "amin")
+    high = torch.full((count,), -math.inf, device=high.device).scatter_reduce(0, of_rows, high, "amax")
+    present = torch.isfinite(low)
+    low, high = low[present].double(), high[present].double()
+    return float(((high - low) / torch.maximum(high.abs(), low.abs()).clamp_min(1e-12)).max())
 
 
 def compare_at_checkpoint(session: Any, rule: Rule) -> Comparison:

@@ -73,6 +73,11 @@ MISSED_BY_OPTIMIZER = 0.5
 # subtracted: -1.1e4 -> -2.3e9; a CRF's log-likelihood not negated: -49 -> -90, its init at -12).
 RUNS_OFF = 100
 RUNS_FAR = 1.5
+# ... and, for the half-as-far clause, its second half's fall at least 0.7 of its first's: a term with the wrong
+# sign keeps its pace (the CRF above 1.22, RealNVP's log-det sign 1.18); a likelihood early in its training,
+# falling far, slows as it settles. A guard, not a separation by itself: a healthy RealNVP late in training
+# keeps its pace too (1.03), and is told apart by how little it falls.
+FALL_KEPT = 0.7
 # Two views handed to the model, no labels read (label_check's pair_lift): paired at random the lift is 0, its
 # standard error about 1.2 / sqrt(n) (0.026 at 500 examples); real pairs score well above (a CLIP's image and
 # caption 0.88, two augmentations of one digit 0.10). Under 0.05 over 500 examples or more: unpaired.
@@ -162,9 +167,12 @@ NAMED: dict[str, NamedRule] = {
         ("replay",),
         f"$replay.level_ratio > {NOTHING_LEARNED} or (($replay.level_ratio == none or $replay.level_ratio > "
         f"{CONVERGED}) and $replay.loss_ratio > {STALL_LOSS_RATIO} and ($replay.loss_ratio > "
-        f"{CLEAR_STALL_LOSS_RATIO} or $replay.pace_vs_run < {SLOW_PACE}))",
+        f"{CLEAR_STALL_LOSS_RATIO} or $replay.pace_vs_run < {SLOW_PACE})) or "
+        f"($replay.same_batches_ratio != none and ($replay.level_ratio == none or $replay.level_ratio > "
+        f"{CONVERGED}) and $replay.same_batches_ratio > {CLEAR_STALL_LOSS_RATIO})",
         "the replay's loss dropped under 5% (or under 10% at a tenth of the run's own pace), or sits at the "
-        "loss of learning nothing"),
+        "loss of learning nothing, or its weights barely moved and the batches of its last steps score within 5% "
+        "of what they scored at its start"),
     # Stalled at the loss of learning nothing, with its weights still, or flat beyond what its noise allows.
     "stall_confirmed": NamedRule(
         ("replay",),
@@ -318,11 +326,11 @@ NAMED: dict[str, NamedRule] = {
     "runs_off": NamedRule(
         ("replay", "init"),
         f"$replay.loss_start < 0 and ($replay.loss_end < {RUNS_OFF} * $replay.loss_start or "
-        f"($replay.loss_end < {RUNS_FAR} * $replay.loss_start and ("
+        f"($replay.loss_end < {RUNS_FAR} * $replay.loss_start and $replay.fall_kept > {FALL_KEPT} and ("
         "($init.loss_setup_init > 0 and $replay.loss_end < $replay.loss_start - $init.loss_setup_init) or "
         "($init.loss_setup_init < 0 and $replay.loss_end < $replay.loss_start + $init.loss_setup_init))))",
-        "the replay's loss, below zero at its start, ends 100 times as far below zero, or half as far again by a "
-        "fall larger than the whole loss at setup()'s init: it falls without bound"),
+        "the replay's loss, below zero at its start, ends 100 times as far below zero, or half as far again, "
+        "without slowing, by a fall larger than the whole loss at setup()'s init: it falls without bound"),
     "views_unpaired": NamedRule(
         ("labels",), f"$labels.pair_lift < {UNPAIRED_LIFT} and $labels.pair_examples >= {PAIRED_EXAMPLES}",
         "the two views the model is handed pair no better than at random: an example's nearest neighbour by its "
@@ -367,9 +375,9 @@ NAMED: dict[str, NamedRule] = {
     # A loss of a kind with neither level (a policy surrogate, a GAN's pair, a contrastive or ranking loss, a
     # likelihood): a flat stretch of it is no symptom by itself; it is read by its counterfactuals alone.
     "levelless": NamedRule(
-        ("replay",), "$replay.nothing_level == none and $replay.loss_floor == none",
-        "neither the loss of learning nothing (a constant prediction) nor the loss's floor (its value on a "
-        "perfect prediction) could be measured for the run's loss"),
+        ("replay",), '$replay.status == "ok" and $replay.nothing_level == none and $replay.loss_floor == none',
+        "the replay ran, and neither the loss of learning nothing (a constant prediction) nor the loss's floor (its "
+        "value on a perfect prediction) could be measured for the run's loss"),
     # The loss dropped less than the stall threshold (a 10% drop), whatever its level.
     "flat": NamedRule(
         ("replay",), f"$replay.loss_ratio > {STALL_LOSS_RATIO}",

@@ -111,6 +111,16 @@ class ReplayOutcome(VerifiedFix):
         default=None, description="The standard error of log_slope, from the scatter of ln(loss) about its line: "
                                   "how fast the run could be learning under its own step-to-step noise.",
         json_schema_extra={"words": "standard error of the log-loss slope", "unit": "per step"})
+    same_batches_ratio: Optional[float] = Field(
+        default=None, description="Where the weights moved under 0.1% of their norm: the end window's batches scored "
+                                  "at the replay's end over the same batches scored at its start (about 1: the "
+                                  "fall between its windows is the batches', not learning).",
+        json_schema_extra={"words": "end window's batches, end / start", "unit": "×"})
+    fall_kept: Optional[float] = Field(
+        default=None, description="The loss's fall over the second half of the steps over its fall over the first "
+                                  "(medians of the first, middle and last fifth): 1 or more at a steady or growing "
+                                  "pace, well under 1 where it slows; none where it did not fall at first.",
+        json_schema_extra={"words": "second half's fall over the first's", "unit": "×"})
     max_rise: Optional[float] = Field(
         default=None, description="Largest rise of the loss above its best so far, in units of loss_start.",
         json_schema_extra={"words": "largest rise of the loss", "unit": "× start loss"})
