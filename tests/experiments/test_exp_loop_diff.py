@@ -248,3 +248,25 @@ def test_a_gan_loop_that_never_resets_d_is_called_a_loop_bug_naming_d(tmp_path):
     loop = report.experiment("loop").outcome
     assert "Reset the gradients of 'D'" in report.fix
     assert f"On {loop['stale_compared']} of its {loop['stale_compared']} steps compared" in report.fix
+
+
+def test_a_graph_cut_in_the_loss_itself_is_no_loop_bug(tmp_path):
+    """Was: loop_bug (medium), "backward() reaches no weight": a MAML whose inner loop detaches its fast weights
+    cuts the graph in its loss, and the reference loop, on the same loss_fn, reaches no weight either. The loop
+    is sound; the gradient does not flow."""
+    def cut_inside(model, batch):
+        x, y = batch
+        fast = [w.detach().requires_grad_() for w in model.parameters()]  # adapted weights, cut from the model's
+        hidden = torch.relu(x @ fast[0].T + fast[1])
+        return nn.functional.cross_entropy(hidden @ fast[2].T + fast[3], y)
+
+    def step(model, optimizer, batch):
+        optimizer.zero_grad()
+        loss = cut_inside(model, batch)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+    setup = lambda: classifier_setup(loss_fn=cut_inside, train_step=step)  # noqa: E731
+    assert not run(LOOP_DIFF, session_of(setup)).loss_detached
+    report, _ = triage.run(setup, None, out=tmp_path)
+    assert report.root_cause == "no_gradient_flow", report.path

@@ -37,7 +37,7 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
         return LoopDiffOutcome(has_train_step=False)
     start = {name: q.detach().clone() for name, q in setup.model.named_parameters() if q.requires_grad}
 
-    reference_losses = _reference_loop(ctx, p.steps)
+    reference_losses, reference_graded = _reference_loop(ctx, p.steps)
     reference_unchanged = _unchanged(setup.model, start)
     ctx.restart()
     params = trainable(setup.model)
@@ -89,7 +89,7 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
         optimizer_stepped=updated > 0, optimizer_steps=watch.optimizer_steps,
         scaler_skipped_steps=watch.scaler_skips, manual_updates=watch.manual_updates,
         zero_grad_calls=watch.zero_grads, unknown_optimizers=own.unknown_optimizers(),
-        loss_detached=bool(params) and not watch.grad_events,
+        loss_detached=bool(params) and not watch.grad_events and reference_graded,
         returned_loss_has_grad=returned_has_grad,
         user_losses=user_losses, reference_losses=reference_losses,
         user_loss_ratio=_loss_ratio(user_losses), reference_loss_ratio=_loss_ratio(reference_losses),
@@ -129,22 +129,24 @@ def defined_at(function: Any) -> Optional[str]:
         return None
 
 
-def _reference_loop(ctx: Context, steps: int) -> list[float]:
+def _reference_loop(ctx: Context, steps: int) -> tuple[list[float], bool]:
     """The reference step (zero_grad, forward, backward, clip as the run, step) without the scheduler:
-    the user's train_step is compared as it is called, one optimizer step per batch."""
+    the user's train_step is compared as it is called, one optimizer step per batch. Its losses, and whether
+    any of its backwards reached a trainable weight."""
     session = ctx.session
     setup, device = session.setup, session.device
     scaler = grad_scaler(setup, setup.precision, device)
     params = trainable(setup.model)
     setup.model.train()
-    losses = []
+    losses, graded = [], False
     for step in range(steps):
         if ctx.out_of_time():
             break
         batch = session.batches[step % len(session.batches)]
         loss, _ = reference_step(setup, batch, setup.precision, setup.grad_clip, scaler, device, params)
         losses.append(loss)
-    return losses
+        graded = graded or any(q.grad is not None for q in params)
+    return losses, graded
 
 
 class _UserStepWatch:

@@ -97,7 +97,9 @@ class LoopDiffOutcome(Outcome):
                                   "replays cannot restore or reach them.",
         json_schema_extra={"words": "unknown optimizers"})
     loss_detached: bool = Field(
-        default=False, description="No trainable parameter received a gradient in any user step.",
+        default=False, description="No trainable parameter received a gradient in any user step, where the "
+                                   "reference loop's backward of loss_fn reached some (where neither does, the "
+                                   "graph is cut in the loss or the model, not in the loop).",
         json_schema_extra={"words": "loss detached"})
     returned_loss_has_grad: Optional[bool] = Field(
         default=None, description="The loss train_step returned is part of an autograd graph (a float or a detached "
