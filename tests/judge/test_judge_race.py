@@ -98,12 +98,6 @@ def test_before_any_trial_works_a_later_one_matters_by_working_or_by_ending_lowe
     assert bar.level == 2.0 and "lr x10" in bar.what  # the lowest so far binds: it lies above what works
     assert to_matter(trials, lambda f: f"lr x{f:g}", working=2.5).level == 2.5  # the lowest failed on another count
     assert to_matter(trials, lambda f: f"lr x{f:g}", working=None) is None  # any end could work
-    # The first trial, with the run's own end known: it matters by working or by ending below the run (the
-    # long window replays a higher LR only where it did); a higher LR that blows up stops (1M LM: x10 at 213).
-    assert to_matter([], lambda f: f"lr x{f:g}", working=4.9) is None
-    first = to_matter([], lambda f: f"lr x{f:g}", working=4.9, run_end=6.18)
-    assert first.level == 6.18 and "the run's own" in first.what
-    assert to_matter(trials, lambda f: f"lr x{f:g}", working=1.2, run_end=1.5).level == 1.5  # under the lowest
 
 
 def test_only_candidates_no_other_node_reads_may_race():

@@ -6,7 +6,6 @@ half-decade between two grid points, and the trial chosen are the judge's (judge
 
 from __future__ import annotations
 
-import math
 from typing import Literal, Optional
 
 import torch
@@ -18,7 +17,6 @@ from triage.experiments.lanes import run_trials
 from triage.experiments.replay import REPLAY_VIEWS, ReplayOutcome, ReplayParams, measure as replay, working_end
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, judged
 from triage.judge import search as judge
-from triage.judge.fix import end_of
 from triage.views import Table
 from triage.outcomes.search import LrSearchOutcome, SearchOutcome, Trial
 
@@ -150,16 +148,11 @@ def _trial_replay(ctx: Context, params: ReplayParams, **race) -> ReplayOutcome:
 def _bar(ctx: Context, params: ReplayParams, trials: list, setting, factor: Optional[float] = None):
     """What the next trial, raced, must end under to change the search's outcome (judge/search.py): once one
     works, end below the best that works; before, where another node reads the search's choice (ctx.race
-    off), work, or end below every trial so far (the choice when none works) and below the run it is paired
-    with (a choice that did not beat the run is read no further). None: not racing."""
+    off), work or end below every trial so far (the choice when none works). None: not racing."""
     if not ctx.racing:
         return None
     beat = judge.to_beat(trials, setting, factor)
-    if beat is not None or ctx.race:
-        return beat
-    reference = ctx.outcomes.get(params.against) if params.against else None
-    run_end = end_of(reference.finite, reference.loss_end) if reference is not None else math.inf
-    return judge.to_matter(trials, setting, working_end(ctx, params), run_end if run_end > 0 else math.inf)
+    return beat if beat is not None or ctx.race else judge.to_matter(trials, setting, working_end(ctx, params))
 
 
 def _setup_init_is_default(ctx: Context, init_of: Optional[str]) -> bool:

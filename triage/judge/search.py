@@ -83,19 +83,14 @@ def to_beat(trials: Trials, setting: Callable[[T], str], factor: Optional[float]
     return Bar(best_end, f"end below {setting(best)}'s {best_end:.4g}, the best trial that works")
 
 
-def to_matter(trials: Trials, setting: Callable[[T], str], working: Optional[float],
-              run_end: float = math.inf) -> Optional[Bar]:
+def to_matter(trials: Trials, setting: Callable[[T], str], working: Optional[float]) -> Optional[Bar]:
     """Before any trial works, where the search's choice is read beyond its own differential: a later trial
     matters by working (its end under `working`, the highest end that could) or by ending below every finite
-    trial so far (choose's pick when none works) and below the run's own end (`run_end`, its reference's end
-    window: a choice that did not beat the run is read no further: the long window replays a higher LR only
-    where it did). None where any end could work, or where no trial ended finite and the run's end is unknown."""
+    trial so far (choose's pick when none works). None where any end could work or no trial ended finite."""
     finite = [(s, end(o)) for s, o in trials if math.isfinite(end(o))]
-    if working is None or not (finite or math.isfinite(run_end)):
+    if working is None or not finite:
         return None
-    best, lowest_end = min(finite, key=lambda t: t[1]) if finite else (None, math.inf)
-    if run_end < lowest_end:
-        return Bar(max(run_end, working), f"work, or end below the run's own {run_end:.4g}")
+    best, lowest_end = min(finite, key=lambda t: t[1])
     return Bar(max(lowest_end, working), f"work, or end below {setting(best)}'s {lowest_end:.4g}, the lowest so far")
 
 
