@@ -42,3 +42,14 @@ def test_both_factors_zeroed_get_no_gradient_and_are_drawn_afresh():
     apply_init(setup.model, "scaled", 0.1, stuck)
     assert setup.model.a.abs().max() > 0 and setup.model.b.abs().max() > 0
     assert setup.model.a.abs().max() <= 1 / 8 and setup.model.b.abs().max() <= 1 / 2
+
+
+def test_a_zeroed_one_output_head_that_gets_a_gradient_is_kept():
+    """A one-row matrix has no rows to tell apart: it is drawn afresh only where its gradient is zero."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    nn.init.zeros_(model[2].weight)
+    x, y = torch.randn(16, 8), torch.randn(16, 1)
+    setup = triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                         loss_fn=lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]), batches=[(x, y)])
+    assert stuck_constants(setup, setup.batches[0], torch.device("cpu")) == frozenset()

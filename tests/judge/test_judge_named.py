@@ -1,6 +1,8 @@
 """The judge's named rules (judge/named.py) decided on figures alone, at each side of their thresholds, with an
 unknown figure leaving them unknown where it could settle them (never a fault by default)."""
 
+import math
+
 import pytest
 
 from triage.judge import named
@@ -297,7 +299,9 @@ def test_val_rises_needs_the_end_clearly_above_the_start(ratio, start, end, rise
     (-49.0, -90.0, 1.22, -12.0, True),  # a CRF's log-likelihood not negated: half as far again, at its pace
     (-1.0, -1.6, 0.4, -0.2, False),  # a likelihood early in its training: as far, but slowing as it settles
     (-1.23, -1.38, 1.03, 1.88, False),  # a healthy flow late in training: at its pace, 12% further
-    (-49.0, -60.0, 1.22, -12.0, False)])  # not half as far again
+    (-49.0, -60.0, 1.22, -12.0, False),  # not half as far again
+    (-49.0, -120.0, math.inf, -12.0, True),  # flat, then falling in the second half: a term that kicks in late
+    (-49.0, -90.0, None, -12.0, True)])  # too few steps to read a pace: the fall alone
 def test_runs_off_is_a_loss_below_zero_that_falls_without_bound(start, end, kept, init, runs_off):
     figures = {("n", "loss_start"): start, ("n", "loss_end"): end, ("n", "fall_kept"): kept,
                ("i", "loss_setup_init"): init}

@@ -227,9 +227,35 @@ def two_optimizers_one_triplet_loss(lr: float = 1e-3) -> triage.Setup:
 
 
 def test_several_optimizers_are_several_objectives_only_where_each_steps_its_own_loss():
-    from tests._gan_tiny import gan_setup
+    """Each backward is read by the optimizers that step on it: some of them (a GAN's critic, then its generator,
+    in one call, in turns, with n_critic critic steps per generator step, or accumulated) is several
+    objectives; all of them after one backward (body and head on one loss) is one."""
+    from tests._gan_tiny import gan_losses, gan_setup
+
+    def in_turns(every: int, accumulate: int = 1):
+        calls = [0]
+
+        def step(model, optimizers, batch):
+            calls[0] += 1
+            d_loss, g_loss = gan_losses(model, batch[0])
+            if accumulate > 1:  # both losses accumulated, each network stepped every `accumulate` calls
+                (d_loss / accumulate).backward()
+                if calls[0] % accumulate == 0:
+                    optimizers["D"].step(); optimizers["D"].zero_grad()
+                _, g_loss = gan_losses(model, batch[0])
+                (g_loss / accumulate).backward()
+                if calls[0] % accumulate == 0:
+                    optimizers["G"].step(); optimizers["G"].zero_grad()
+            elif calls[0] % every:
+                optimizers["D"].zero_grad(); d_loss.backward(); optimizers["D"].step()
+            else:
+                optimizers["G"].zero_grad(); g_loss.backward(); optimizers["G"].step()
+            return (d_loss + g_loss).detach()
+        return lambda: gan_setup(lr=2e-4).model_copy(update={"train_step": step})
 
     assert run(LOOP_DIFF, session_of(lambda: gan_setup(lr=2e-4))).separate_objectives
+    for turns in (in_turns(2), in_turns(5), in_turns(1, accumulate=4)):
+        assert run(LOOP_DIFF, session_of(turns)).separate_objectives
     assert not run(LOOP_DIFF, session_of(two_optimizers_one_triplet_loss)).separate_objectives
 
 
@@ -240,6 +266,7 @@ def test_two_optimizers_on_one_levelless_loss_are_one_objective_a_fix_is_judged_
     report, _ = triage.run(lambda: two_optimizers_one_triplet_loss(lr=1e-7), None, out=tmp_path)
     assert "healthy_several_objectives" not in report.path and "plateau" in report.path, report.path
     assert report.root_cause == "lr_too_low", (report.root_cause, report.path)
+    assert "several_objectives" not in [f.id for f in report.findings]
 
 
 def test_a_second_optimizer_setup_did_not_hand_triage_is_named_not_ignored(tmp_path):

@@ -824,6 +824,24 @@ def test_a_policy_gradient_is_no_classifier_whose_loss_went_below_zero(tmp_path)
     assert "example_weights" in [f.id for f in report.findings]
 
 
+def test_a_policy_gradient_whose_first_episode_is_all_one_sign_still_weighs_its_labels_both_ways():
+    """Advantages computed outside the loss, the first batch's all positive (one good episode): read on that batch
+    alone the loss pushes every label up, like importance weights, and the surrogate got a classifier's floor."""
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.labels import LABEL_CHECK
+
+    def setup() -> triage.Setup:
+        base = contextual_bandit()
+        batches = [dict(b, advantage=b["reward"] - 0.5) for b in base.batches]
+        batches[0]["advantage"] = batches[0]["advantage"].abs() + torch.linspace(0, 0.2, 64)
+
+        def surrogate(model, batch):
+            log_pi = F.log_softmax(model(batch["obs"]), dim=-1).gather(1, batch["action"][:, None]).squeeze(1)
+            return -(log_pi * batch["advantage"]).mean()
+        return base.model_copy(update={"loss_fn": surrogate, "batches": batches})
+    assert run(LABEL_CHECK, session_of(setup)).example_weights == "['advantage']"
+
+
 @pytest.mark.parametrize("weights", ["ones", "importance"])
 def test_sample_weights_of_a_classifier_make_no_policy_gradient(tmp_path, weights):
     """A classifier whose batches carry a weight per example (all 1, or importance weights from 0.5 to 2) reads a

@@ -66,10 +66,16 @@ def stuck_constants(setup: Any, batch: Any, device: torch.device) -> frozenset[i
         return frozenset()
     with untouched_buffers_and_rng(setup.model), autocast(setup.precision, device):
         loss = setup.loss_fn(setup.model, batch)
+    if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+        return frozenset(id(p) for p in constant)  # no gradient reaches any of them
     grads = torch.autograd.grad(loss, constant, allow_unused=True)
     return frozenset(id(p) for p, g in zip(constant, grads) if g is None or _rows_alike(g))
 
 
 def _rows_alike(grad: torch.Tensor) -> bool:
+    """Every row of the gradient the same (zero included); a one-row matrix only where its gradient is zero (a
+    zeroed Linear(d, 1) head gets a gradient and is kept)."""
     grad = (grad.to_dense() if grad.is_sparse else grad).float()
+    if grad.shape[0] < 2:
+        return bool((grad == 0).all())
     return bool((grad - grad[:1]).abs().max() <= 1e-6 * grad.abs().max())

@@ -62,6 +62,7 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
             user_losses.append(figures.loss)
             ratios.append(watch.after_step(figures.norm))
             ctx.progress(step + 1, p.steps)
+    watch.close_phase()
     user_unchanged = _unchanged(setup.model, start)
     ctx.restart()
 
@@ -81,7 +82,7 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
         grad_growth=grad_growth, stale_optimizer=stale_name,
         stale_gradient_share=stale.kept[stale_name] / stale.compared[stale_name] if stale_name else None,
         stale_steps=stale.kept.get(stale_name), stale_compared=stale.compared.get(stale_name),
-        separate_objectives=watch.calls_of_several_phases > watch.calls / 2,
+        separate_objectives=watch.several_objectives,
         left_in_eval=watch.eval_forwards > 0,
         eval_forward_fraction=watch.eval_forwards / watch.forwards if watch.forwards else 0.0,
         eval_after_step=watch.eval_after_step,
@@ -146,7 +147,7 @@ def _reference_loop(ctx: Context, steps: int) -> tuple[list[float], bool]:
         loss, _ = reference_step(setup, batch, setup.precision, setup.grad_clip, scaler, device, params)
         losses.append(loss)
         graded = graded or any(q.grad is not None for q in params)
-    return losses, graded
+    return losses, graded or not losses  # no step run (out of time): not known to reach none
 
 
 class _UserStepWatch:
@@ -167,9 +168,12 @@ class _UserStepWatch:
         self._ratio: Optional[float] = None  # this call's first step: |step gradient| / |window's fresh|
         self.stepped_this_call = False
         self._active = False
-        # Backward, step, backward again, step: the optimizer steps that each follow a fresh backward, per call.
-        self._backward_since_step, self._phases = False, 0
-        self.calls = self.calls_of_several_phases = 0
+        # Several optimizers: which of them step on each backward (the steps between it and the next backward,
+        # across calls). A backward that only some of them step on (a GAN's critic, then its generator, in one
+        # call or in turns) is one objective of several; one they all step on (Muon beside AdamW) is one loss.
+        self._names = {id(o): name for name, o in getattr(optimizer, "optimizers", {}).items()}
+        self._stepped_on_backward: set[str] = set()
+        self.partial_phases = self.whole_phases = 0
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -205,13 +209,10 @@ class _UserStepWatch:
     @contextlib.contextmanager
     def counting(self) -> Iterator[None]:
         self._active, self.stepped_this_call, self._ratio = True, False, None
-        self._backward_since_step, self._phases = False, 0
         try:
             yield
         finally:
             self._active = False
-            self.calls += 1
-            self.calls_of_several_phases += self._phases > 1
 
     def after_step(self, norm: float) -> Optional[float]:
         """Close one user step: its ratio (None: no optimizer step; for a loop with no optimizer object,
@@ -230,8 +231,8 @@ class _UserStepWatch:
         if not self._active:
             return
         self.optimizer_steps += 1
-        self._phases += self._backward_since_step
-        self._backward_since_step = False
+        if id(optimizer) in self._names:
+            self._stepped_on_backward.add(self._names[id(optimizer)])
         if self.stepped_this_call:  # the second optimizer of a set in the same call: its window is gone
             return
         self.stepped_this_call = True
@@ -258,7 +259,21 @@ class _UserStepWatch:
     def _on_grad(self, grad: torch.Tensor) -> None:
         if self._active:
             self.grad_events += 1
-            self._backward_since_step = True
+            if self._stepped_on_backward:  # a backward after steps: the previous one's steps are all in
+                self.close_phase()
+
+    def close_phase(self) -> None:
+        """Count the last backward by the optimizers that stepped on it (none: not yet a phase)."""
+        if self._stepped_on_backward:
+            whole = len(self._stepped_on_backward) == len(self._names)
+            self.whole_phases += whole
+            self.partial_phases += not whole
+            self._stepped_on_backward = set()
+
+    @property
+    def several_objectives(self) -> bool:
+        """Most backwards with several optimizers were stepped on by only some of them."""
+        return len(self._names) > 1 and self.partial_phases > (self.partial_phases + self.whole_phases) / 2
 
 
 class _StaleGradients:

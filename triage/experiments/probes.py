@@ -173,8 +173,9 @@ def example_weights(session: Any) -> Optional[str]:
     some labels' log-likelihood up and others' down (a policy gradient's centred returns or advantages): such a
     loss goes below zero by design, and a perfect prediction of the labels is no least value. Its name in the
     batch, or None; None too where every example's label is pushed up (importance or class-balancing weights:
-    a weighted likelihood, whose floor is still a perfect prediction). Measured once per session on the first
-    batch."""
+    a weighted likelihood, whose floor is still a perfect prediction). Which float, on the first batch; which
+    way it pushes, by its sign anywhere in the snapshot and the loss's push on each label over the first
+    PUSH_BATCHES batches. Measured once per session."""
     def measure() -> Optional[str]:
         batch = session.batches[0]
         labels = class_targets(batch)
@@ -185,13 +186,28 @@ def example_weights(session: Any) -> Optional[str]:
         tensors = dict(named_tensors(batch))
         name = next((name for name in reads.floats_by_loss if tensors[name].dim() == 1
                      and tensors[name].shape[0] == labels.shape[0] and tensors[name].unique().numel() > 1), None)
-        return name if name is not None and _labels_pushed_both_ways(session, batch, labels) is not False else None
+        if name is None:
+            return None
+        if any(bool((t < 0).any()) for b in session.batches for n, t in named_tensors(b) if n == name):
+            return name  # centred before the loss reads it (advantages): both ways somewhere in the snapshot
+        pushes = [_label_pushes(session, b) for b in session.batches[:PUSH_BATCHES]]
+        if any(p is None for p in pushes):
+            return name  # not measured: as a float weighing labels can
+        pushes = torch.cat(pushes)
+        tiny = 1e-6 * float(pushes.abs().max()) if pushes.numel() else 0.0
+        return name if bool((pushes > tiny).any() and (pushes < -tiny).any()) else None
     return session.memoised("example_weights", measure)
 
 
-def _labels_pushed_both_ways(session: Any, batch: Any, labels: torch.Tensor) -> Optional[bool]:
-    """Whether the loss's gradient on the labels' scores (the model's output, one row per label) raises some and
-    lowers others; None where the output has no row per label or carries no gradient."""
+PUSH_BATCHES = 4  # batches the push on each label is read on (one episode can hold advantages of one sign)
+
+
+def _label_pushes(session: Any, batch: Any) -> Optional[torch.Tensor]:
+    """The loss's gradient on each label's score (the model's output, one row per label): negative where the loss
+    raises the label's likelihood. None where the output has no row per label or carries no gradient."""
+    labels = class_targets(batch)
+    if labels is None or labels.dim() != 1:
+        return None
     setup = session.setup
     captured: list[torch.Tensor] = []
 
@@ -216,9 +232,8 @@ def _labels_pushed_both_ways(session: Any, batch: Any, labels: torch.Tensor) -> 
     if grad is None:
         return None
     inside = (labels >= 0) & (labels < output.shape[1])
-    pushes = grad.float()[torch.arange(labels.shape[0], device=grad.device)[inside], labels[inside].to(grad.device)]
-    tiny = 1e-6 * float(pushes.abs().max()) if pushes.numel() else 0.0
-    return bool((pushes > tiny).any() and (pushes < -tiny).any())
+    return grad.float()[torch.arange(labels.shape[0], device=grad.device)[inside],
+                        labels[inside].to(grad.device)].detach().cpu()
 
 
 def _is_integer(tensor: torch.Tensor) -> bool:

@@ -211,6 +211,9 @@ def _measured(ctx: Context, p: ReplayParams, loss_fn, race: bool, beat: Optional
         raise NotApplicable("The run's own train_step does not let this candidate in: "
                             + "; ".join(trace.not_applicable) + ".")
     outcome = _summarise(trace, setup.model, clip, skip, ctx, p)
+    if outcome.update_ratio is not None and outcome.update_ratio < WEIGHTS_STILL and _scored_as_trained(p, loss_fn):
+        outcome = outcome.model_copy(update={"same_batches_ratio": same_batches_ratio(
+            session, setup, trace.start_weights, trace.batch_order, len(trace.losses))})
     # A restart's fresh model, its moments and its start weights, freed before a longer reference replay
     # (below) builds a model of its own: held, two restarts' state would be alive at once.
     del setup, trace
@@ -619,23 +622,30 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         val_start=t.val_losses[0] if t.val_losses else None,
         val_end=t.val_losses[-1] if t.val_losses else None,
         val_final=t.val_final if t.val_final is not None and math.isfinite(t.val_final) else None,
-        same_batches_ratio=same_batches_ratio(ctx.session, ctx.session.setup, t.start_weights, t.batch_order,
-                                              len(t.losses))
-        if weights_finite and moved.norm().item() < WEIGHTS_STILL * t.weight_norm_start and p.init == "checkpoint"
-        and not p.subset and not p.realign_labels_of and model is ctx.session.setup.model else None,
     )
+
+
+def _scored_as_trained(p: ReplayParams, loss_fn) -> bool:
+    """The replay trained the checkpoint's model on the run's own loss, batches and precision, with nothing put
+    in the model that is taken out after it (so loss_fn, called after it, scores what it trained on)."""
+    return (p.init == "checkpoint" and loss_fn is None and p.precision is None and not p.subset
+            and not p.realign_labels_of and not p.unsquash and not p.unsquash_scores and p.aux_scale == 1.0
+            and not p.swap_saturating and not p.revive_dead and not p.unfreeze)
 
 
 def _fall_kept(losses: list[float]) -> Optional[float]:
     """The loss's fall over the second half of the steps over its fall over the first (medians of the first,
     middle and last fifth): about 1 or more for a loss that falls at a steady or growing pace, well under 1
-    for one that slows as it settles; None where it did not fall over the first half."""
+    for one that slows as it settles; inf where it falls only in the second half; None where it did not fall
+    over the second half either, or over under 10 steps."""
     if len(losses) < 10:
         return None
     k = len(losses) // 5
     middle = len(losses) // 2 - k // 2
     first, mid, last = (float(np.median(part)) for part in (losses[:k], losses[middle:middle + k], losses[-k:]))
-    return (mid - last) / (first - mid) if first > mid else None
+    if first > mid:
+        return (mid - last) / (first - mid)
+    return math.inf if last < mid else None
 
 
 def _overflows(t: _Trace) -> dict:

@@ -8,6 +8,7 @@ replay's start weights and at its end weights, with the same dropout masks, tell
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import torch
@@ -27,15 +28,17 @@ def same_batches_ratio(session: Any, setup: Any, start_weights: list[torch.Tenso
     window = max(1, calls // 5)
     batches = [session.batches[batch_order[k % len(batch_order)]] for k in range(calls - window, calls)]
     params = list(setup.model.parameters())
-    end_weights = [q.detach().clone() for q in params]
-    with untouched_buffers_and_rng(setup.model):
-        after = mean_loss(setup, batches, session.device)
+    end_weights = [q.detach().to("cpu", copy=True) for q in params]  # off the device: a model's worth of memory
     try:
+        with untouched_buffers_and_rng(setup.model):
+            after = mean_loss(setup, batches, session.device)
         for q, w in zip(params, start_weights):
             q.copy_(w.to(q.device))
         with untouched_buffers_and_rng(setup.model):
             before = mean_loss(setup, batches, session.device)
+    except Exception:  # noqa: BLE001 - a figure, not the replay: a loss that fails here leaves it unknown
+        return None
     finally:
         for q, w in zip(params, end_weights):
-            q.copy_(w)
-    return after / before if before > 0 and after == after else None
+            q.copy_(w.to(q.device))
+    return after / before if before > 0 and math.isfinite(after) else None

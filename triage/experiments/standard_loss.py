@@ -202,7 +202,7 @@ def _weighting_spread(g_own: torch.Tensor, g_standard: torch.Tensor, groups: Opt
     g_standard = g_standard.detach().float().reshape(-1, groups.width)
     moved = g_standard.abs() > 1e-6 * g_standard.abs().max()
     ratio = g_own / torch.where(moved, g_standard, torch.ones_like(g_standard))
-    if not bool(moved.any()):
+    if not bool(moved.any()) or bool(torch.isnan(ratio[moved]).any()):  # nothing to read, or NaN: not told
         return None
     if bool(((ratio <= 0) & moved).any()):  # no gradient, or one pointing the other way: no positive weight makes it
         return 1.0

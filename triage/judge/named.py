@@ -76,7 +76,8 @@ RUNS_FAR = 1.5
 # ... and, for the half-as-far clause, its second half's fall at least 0.7 of its first's: a term with the wrong
 # sign keeps its pace (the CRF above 1.22, RealNVP's log-det sign 1.18); a likelihood early in its training,
 # falling far, slows as it settles. A guard, not a separation by itself: a healthy RealNVP late in training
-# keeps its pace too (1.03), and is told apart by how little it falls.
+# keeps its pace too (1.03), and is told apart by how little it falls. A fall that only starts in the second
+# half (a term that kicks in late) keeps its pace by any measure (inf).
 FALL_KEPT = 0.7
 # Two views handed to the model, no labels read (label_check's pair_lift): paired at random the lift is 0, its
 # standard error about 1.2 / sqrt(n) (0.026 at 500 examples); real pairs score well above (a CLIP's image and
@@ -326,7 +327,8 @@ NAMED: dict[str, NamedRule] = {
     "runs_off": NamedRule(
         ("replay", "init"),
         f"$replay.loss_start < 0 and ($replay.loss_end < {RUNS_OFF} * $replay.loss_start or "
-        f"($replay.loss_end < {RUNS_FAR} * $replay.loss_start and $replay.fall_kept > {FALL_KEPT} and ("
+        f"($replay.loss_end < {RUNS_FAR} * $replay.loss_start and ($replay.fall_kept == none or $replay.fall_kept > "
+        f"{FALL_KEPT}) and ("
         "($init.loss_setup_init > 0 and $replay.loss_end < $replay.loss_start - $init.loss_setup_init) or "
         "($init.loss_setup_init < 0 and $replay.loss_end < $replay.loss_start + $init.loss_setup_init))))",
         "the replay's loss, below zero at its start, ends 100 times as far below zero, or half as far again, "

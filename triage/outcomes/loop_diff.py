@@ -61,10 +61,11 @@ class LoopDiffOutcome(Outcome):
         default=False, description="The optimizer stepped, but every time on all-zero (or no) gradients.",
         json_schema_extra={"words": "step gradients zero"})
     separate_objectives: bool = Field(
-        default=False, description="Most of the user's steps computed a gradient again after an optimizer had "
-                                   "stepped (a GAN's critic, then its generator): several objectives, each "
-                                   "optimizer minimising its own. One backward before all the steps (several "
-                                   "optimizers on one loss, accumulation) is one objective.",
+        default=False, description="Several optimizers, and most backwards of the user's steps were stepped on "
+                                   "by only some of them before the next backward (a GAN's critic, then its "
+                                   "generator, in one call or in turns): several objectives, each optimizer "
+                                   "minimising its own. Backwards that every optimizer steps on (several "
+                                   "optimizers on one loss, accumulated or not) are one objective.",
         json_schema_extra={"words": "several objectives in a step"})
     left_in_eval: bool = Field(
         default=False, description="Some forward of the user's step ran in eval mode.",
