@@ -3,6 +3,8 @@ param groups the candidates change, and verdicts that must say what the run meas
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -995,3 +997,41 @@ def test_a_fall_the_batches_make_is_no_run_that_trains(tmp_path):
     baseline = report.experiment("baseline").outcome
     assert baseline["loss_ratio"] < 0.9 and abs(baseline["same_batches_ratio"] - 1) < 0.01
     assert report.root_cause == "lr_too_low", report.path
+
+
+def si_snr_denoiser(squeeze: bool) -> triage.Setup:
+    """A 1-D conv denoiser of sinusoids in noise trained on negative SI-SNR (a loss below zero by nature), its
+    output (B, 1, T) as a Conv-TasNet's is; the loss written by hand against the clean (B, T) signal."""
+    g = torch.Generator().manual_seed(0)
+    t = torch.linspace(0, 1, 256)
+    batches = []
+    for _ in range(40):
+        freq, phase = 5 + 20 * torch.rand(32, 1, generator=g), 6.3 * torch.rand(32, 1, generator=g)
+        clean = torch.sin(2 * math.pi * freq * t + phase)
+        batches.append((clean + 0.5 * torch.randn(32, 256, generator=g), clean))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Unflatten(1, (1, 256)), nn.Conv1d(1, 16, 9, padding=4), nn.ReLU(),
+                          nn.Conv1d(16, 1, 9, padding=4))
+
+    def neg_si_snr(model, batch, eps=1e-8):
+        noisy, clean = batch
+        est = model(noisy)
+        est = est.squeeze(1) if squeeze else est
+        est, clean = est - est.mean(-1, keepdim=True), clean - clean.mean(-1, keepdim=True)
+        target = (est * clean).sum(-1, keepdim=True) * clean / (clean.pow(2).sum(-1, keepdim=True) + eps)
+        noise = est - target
+        return -(10 * torch.log10(target.pow(2).sum(-1) / (noise.pow(2).sum(-1) + eps) + eps)).mean()
+    return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-3), loss_fn=neg_si_snr,
+                        batches=batches)
+
+
+def test_a_hand_written_loss_that_scores_every_estimate_against_every_target_is_a_wrong_loss(tmp_path):
+    """Was: unexplained (low) (a fourth-round program, read blind): a (B, 1, T) estimate against a (B, T) clean
+    signal in a hand-written SI-SNR broadcasts to (B, B, T); only torch's paired losses were watched for it."""
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.labels import LABEL_CHECK
+
+    assert "broadcast to (32, 32, 256)" in run(LABEL_CHECK, session_of(lambda: si_snr_denoiser(False))).target_broadcast
+    assert run(LABEL_CHECK, session_of(lambda: si_snr_denoiser(True))).target_broadcast is None
+    report, _ = triage.run(lambda: si_snr_denoiser(False), None, out=tmp_path)
+    assert report.root_cause == "wrong_loss", report.path  # from its init the standard loss's replay proves it

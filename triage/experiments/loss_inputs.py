@@ -122,12 +122,97 @@ def _wrapped(names: tuple[str, ...], wrap: Callable) -> Iterator[None]:
 
 
 def loss_broadcast(setup, batch, device: torch.device) -> Optional[str]:
-    """The first paired loss the run's loss_fn hands a broadcast pair on `batch` (None: none does, or it raised)."""
-    with paired_losses() as found, torch.no_grad(), warnings.catch_warnings():
+    """The first paired loss the run's loss_fn hands a broadcast pair on `batch`, else the first operation of the
+    loss's own code that does (None: none does, or it raised)."""
+    with paired_losses() as found, _OutputAgainstTarget(setup.model, batch) as ops, torch.no_grad(), \
+            warnings.catch_warnings():
         warnings.simplefilter("ignore")  # mse_loss's own size warning: said here instead
         try:
             with autocast(setup.precision, device):
                 setup.loss_fn(setup.model, batch)
         except Exception:  # noqa: BLE001 - a loss that raises is measured by the experiments that train it
             return None
+    found += ops.found
     return found[0] if found else None
+
+
+def _singleton_apart(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """`a` is `b`'s shape with one size-1 dimension put in ((B, 1, T) against (B, T)), or the other way round:
+    aligned from the right, that 1 meets the batch dimension and every element meets every example's."""
+    def inserted(longer, shorter) -> bool:
+        return longer.dim() == shorter.dim() + 1 and any(
+            longer.shape[d] == 1 and longer.shape[:d] + longer.shape[d + 1:] == shorter.shape
+            for d in range(longer.dim()))
+    return inserted(a, b) or inserted(b, a)
+
+
+class _OutputAgainstTarget(torch.overrides.TorchFunctionMode):
+    """Within: an operation of the loss's own code (outside the model's forward) that takes a tensor computed
+    from the model's output and one computed from the batch alone, whose shapes differ by a size-1 dimension and
+    broadcast to more elements than either ((B, 1, T) against (B, T) -> (B, B, T): a hand-written SI-SNR scoring
+    every estimate against every target). Two tensors both from the output (a pairwise distance between
+    embeddings) are a pairwise loss written on purpose, and are not read."""
+
+    def __init__(self, model: torch.nn.Module, batch) -> None:
+        from triage.batches import named_tensors
+
+        super().__init__()
+        self.model, self.found = model, []
+        self.kept: list[torch.Tensor] = [t for _, t in named_tensors(batch)]  # held: their ids stay theirs
+        self.from_batch = {id(t) for t in self.kept}
+        self.from_output: set[int] = set()
+        self.depth = 0
+
+    def __enter__(self):
+        self.handles = [self.model.register_forward_pre_hook(self._enter),
+                        self.model.register_forward_hook(self._leave, always_call=True)]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
+        return super().__exit__(*exc)
+
+    def _enter(self, module, inputs) -> None:
+        self.depth += 1
+
+    def _leave(self, module, inputs, output) -> None:
+        self.depth -= 1
+        if self.depth == 0:
+            self._mark(output, self.from_output)
+
+    def _mark(self, value, into: set[int]) -> None:
+        for tensor in _tensors(value):
+            self.kept.append(tensor)
+            into.add(id(tensor))
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if self.depth:
+            return result
+        inputs = [t for t in _tensors((args, kwargs or {}))]
+        outputs = [t for t in inputs if id(t) in self.from_output]
+        targets = [t for t in inputs if id(t) in self.from_batch and id(t) not in self.from_output]
+        if outputs:
+            self._mark(result, self.from_output)
+        elif targets:
+            self._mark(result, self.from_batch)
+        if len(inputs) == 2 and len(outputs) == 1 and len(targets) == 1 and not self.found:
+            a, b = outputs[0], targets[0]
+            if _singleton_apart(a, b) and isinstance(result, torch.Tensor) and \
+                    result.numel() > max(a.numel(), b.numel()):
+                self.found.append(f"{getattr(func, '__name__', func)}: the output's {tuple(a.shape)} against the "
+                                  f"target's {tuple(b.shape)}, broadcast to {tuple(result.shape)}")
+        return result
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    elif hasattr(value, "to_tuple"):
+        value = value.to_tuple()
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors(item)]
+    return []
