@@ -18,6 +18,7 @@ from typing import Callable, Iterator, Optional
 import torch
 import torch.nn.functional as F
 
+from triage.batches import named_tensors
 from triage.experiments.interventions import SQUASH_TOLERANCE
 from triage.experiments.training import autocast
 
@@ -154,8 +155,6 @@ class _OutputAgainstTarget(torch.overrides.TorchFunctionMode):
     embeddings) are a pairwise loss written on purpose, and are not read."""
 
     def __init__(self, model: torch.nn.Module, batch) -> None:
-        from triage.batches import named_tensors
-
         super().__init__()
         self.model, self.found = model, []
         self.kept: list[torch.Tensor] = [t for _, t in named_tensors(batch)]  # held: their ids stay theirs
@@ -182,7 +181,7 @@ class _OutputAgainstTarget(torch.overrides.TorchFunctionMode):
             self._mark(output, self.from_output)
 
     def _mark(self, value, into: set[int]) -> None:
-        for tensor in _tensors(value):
+        for _, tensor in named_tensors(value):
             self.kept.append(tensor)
             into.add(id(tensor))
 
@@ -190,7 +189,7 @@ class _OutputAgainstTarget(torch.overrides.TorchFunctionMode):
         result = func(*args, **(kwargs or {}))
         if self.depth:
             return result
-        inputs = [t for t in _tensors((args, kwargs or {}))]
+        inputs = [t for _, t in named_tensors((args, kwargs or {}))]
         outputs = [t for t in inputs if id(t) in self.from_output]
         targets = [t for t in inputs if id(t) in self.from_batch and id(t) not in self.from_output]
         if outputs:
@@ -204,15 +203,3 @@ class _OutputAgainstTarget(torch.overrides.TorchFunctionMode):
                 self.found.append(f"{getattr(func, '__name__', func)}: the output's {tuple(a.shape)} against the "
                                   f"target's {tuple(b.shape)}, broadcast to {tuple(result.shape)}")
         return result
-
-
-def _tensors(value) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        value = list(value.values())
-    elif hasattr(value, "to_tuple"):
-        value = value.to_tuple()
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensors(item)]
-    return []
