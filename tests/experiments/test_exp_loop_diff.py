@@ -270,3 +270,46 @@ def test_a_graph_cut_in_the_loss_itself_is_no_loop_bug(tmp_path):
     assert not run(LOOP_DIFF, session_of(setup)).loss_detached
     report, _ = triage.run(setup, None, out=tmp_path)
     assert report.root_cause == "no_gradient_flow", report.path
+
+
+def _lbfgs_setup(zero_in_closure: bool) -> triage.Setup:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 1))
+    x = torch.randn(128, 3, generator=torch.Generator().manual_seed(0))
+    batch = (x, x.sin().sum(1, keepdim=True))
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=1.0, max_iter=5, line_search_fn="strong_wolfe")
+
+    def train_step(model, optimizer, batch):
+        def closure():
+            if zero_in_closure:
+                optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(batch[0]), batch[1])
+            loss.backward()
+            return loss
+        if not zero_in_closure:
+            optimizer.zero_grad()  # once a step, as in an Adam loop: the closure's evaluations add up
+        return optimizer.step(closure)
+
+    return triage.Setup(model=model, optimizer=optimizer, batches=[batch], train_step=train_step,
+                        loss_fn=lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]))
+
+
+@pytest.mark.parametrize("zero_in_closure", [True, False])
+def test_a_closure_that_keeps_its_earlier_evaluations_gradients_is_caught(zero_in_closure):
+    out = run(LOOP_DIFF, session_of(lambda: _lbfgs_setup(zero_in_closure)))
+    assert out.closure_reevaluations >= 20  # LBFGS evaluated the closure again inside its steps
+    assert out.closure_sums_gradients is not zero_in_closure
+    assert out.closure_kept == 0 if zero_in_closure else out.closure_kept > out.closure_reevaluations / 2
+
+
+def test_an_optimizer_that_evaluates_its_closure_once_is_not_read():
+    def adam_closure_step(model, optimizer, batch):
+        def closure():
+            optimizer.zero_grad()
+            loss = cross_entropy(model, batch)
+            loss.backward()
+            return loss
+        return optimizer.step(closure)
+
+    out = _outcome(adam_closure_step)
+    assert out.closure_reevaluations == 0 and not out.closure_sums_gradients

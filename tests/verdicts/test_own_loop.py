@@ -343,6 +343,24 @@ def test_lbfgs_replays_with_a_closure_and_reaches_a_verdict(own_step, tmp_path):
     assert report.root_cause == "healthy"
 
 
+def lbfgs_zero_grad_outside_the_closure(model, optimizer, batch):
+    def closure():
+        loss = nn.functional.mse_loss(model(batch[0]), batch[1])
+        loss.backward()
+        return loss
+    optimizer.zero_grad()  # once a step, as in an Adam loop: the closure's evaluations are summed
+    return optimizer.step(closure)
+
+
+def test_an_lbfgs_closure_without_zero_grad_is_a_loop_bug_not_an_lr(tmp_path):
+    # The summed gradients mislead the line search; a far higher LR makes up for part of it, which read alone
+    # was lr_too_low with an LR x1000 fix (a PINN's L-BFGS phase).
+    report, _ = triage.run(lambda: lbfgs_setup(train_step=lbfgs_zero_grad_outside_the_closure), None, out=tmp_path)
+    assert report.root_cause == "loop_bug"
+    assert "inside the closure" in report.fix
+    assert report.experiment("loop").outcome["closure_sums_gradients"]
+
+
 # --- 4. a scheduler stepped once per epoch (StepLR in PyTorch's MNIST example) ---------------------------
 
 def per_epoch_setup(**extra) -> triage.Setup:

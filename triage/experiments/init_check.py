@@ -93,8 +93,12 @@ def same_scheme(setup: dict[str, float], default: dict[str, float]) -> Optional[
 def _activation_std_growth(setup: Setup, batch: Any, device: torch.device) -> Optional[float]:
     """std(output of the last Linear/Conv to run) / std(output of the first), on one batch."""
     stds: list[float] = []
-    hooks = [m.register_forward_hook(lambda mod, inp, out: stds.append(float(out.detach().float().std())))
-             for _, m in linear_layers(setup.model)]
+
+    def spread(module, inputs, out) -> None:
+        if out.numel() > 1:  # a layer run on one value (a PINN's boundary point) has no spread
+            stds.append(float(out.detach().float().std()))
+
+    hooks = [m.register_forward_hook(spread) for _, m in linear_layers(setup.model)]
     try:
         mean_loss(setup, [batch], device)
     finally:

@@ -25,6 +25,10 @@ from triage.outcomes.loop_diff import LoopDiffOutcome
 from triage.judge.readings import GRADIENT_GROWTH, SCALED_MICRO_BATCHES
 
 
+# A closure optimizer (LBFGS) evaluated again inside one step this often before its kept gradients are read.
+MIN_REEVALUATIONS = 4
+
+
 class LoopDiffParams(Params):
     steps: int = Field(default=20, ge=2, le=10_000, description="Steps of each loop.")
     growth_threshold: float = Field(default=GRADIENT_GROWTH, gt=1, description="grad_growth above this: accumulating.")
@@ -82,6 +86,8 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
         grad_growth=grad_growth, stale_optimizer=stale_name,
         stale_gradient_share=stale.kept[stale_name] / stale.compared[stale_name] if stale_name else None,
         stale_steps=stale.kept.get(stale_name), stale_compared=stale.compared.get(stale_name),
+        closure_reevaluations=watch.reevaluations, closure_kept=watch.kept_on_reevaluation,
+        closure_sums_gradients=watch.reevaluations >= MIN_REEVALUATIONS and watch.kept_on_reevaluation > watch.reevaluations / 2,
         separate_objectives=watch.several_objectives,
         left_in_eval=watch.eval_forwards > 0,
         eval_forward_fraction=watch.eval_forwards / watch.forwards if watch.forwards else 0.0,
@@ -174,14 +180,20 @@ class _UserStepWatch:
         self._names = {id(o): name for name, o in getattr(optimizer, "optimizers", {}).items()}
         self._stepped_on_backward: set[str] = set()
         self.partial_phases = self.whole_phases = 0
+        # A closure optimizer (LBFGS) evaluates the loss several times inside one step, each evaluation's
+        # backward meant to start from reset gradients: at each evaluation after the first, whether the
+        # previous evaluation's gradient was still in `.grad` when its backward began.
+        self._in_step, self._evaluations, self._checked = False, 0, False
+        self.reevaluations = self.kept_on_reevaluation = 0
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
         handles = [self.model.register_forward_pre_hook(self._on_forward)]
-        handles += [q.register_hook(self._on_grad) for q in self.model.parameters() if q.requires_grad]
+        handles += [q.register_hook(functools.partial(self._on_grad, q))
+                    for q in self.model.parameters() if q.requires_grad]
         if not isinstance(self.optimizer, ManualUpdate):
             handles.append(self.optimizer.register_step_pre_hook(self._on_step))
-            handles.append(self.optimizer.register_step_post_hook(lambda *a: self._reset()))
+            handles.append(self.optimizer.register_step_post_hook(self._after_optimizer_step))
         optimizers = list(getattr(self.optimizer, "optimizers", {"": self.optimizer}).values())
         owners = [self.model, self.optimizer] + [o for o in optimizers if o is not self.optimizer]
         patched = [(owner, "zero_grad" in vars(owner), owner.zero_grad) for owner in owners]
@@ -231,6 +243,7 @@ class _UserStepWatch:
         if not self._active:
             return
         self.optimizer_steps += 1
+        self._in_step, self._evaluations = True, 0
         if id(optimizer) in self._names:
             self._stepped_on_backward.add(self._names[id(optimizer)])
         if self.stepped_this_call:  # the second optimizer of a set in the same call: its window is gone
@@ -245,6 +258,10 @@ class _UserStepWatch:
         fresh = _norm(_added(self._window, self.pending) if self.pending is not None else self._window)
         self._ratio = seen / fresh if fresh > 0 else None
 
+    def _after_optimizer_step(self, *args) -> None:
+        self._in_step = False
+        self._reset()
+
     def _reset(self) -> None:
         if self._active:
             self._window = None
@@ -255,10 +272,17 @@ class _UserStepWatch:
         if self._active:
             self.forwards += 1
             self.eval_forwards += not module.training
+            if self._in_step:
+                self._evaluations += 1
+                self._checked = False
 
-    def _on_grad(self, grad: torch.Tensor) -> None:
+    def _on_grad(self, q: torch.Tensor, grad: torch.Tensor) -> None:
         if self._active:
             self.grad_events += 1
+            if self._in_step and self._evaluations >= 2 and not self._checked:  # a closure's evaluation again
+                self._checked = True
+                self.reevaluations += 1
+                self.kept_on_reevaluation += q.grad is not None and bool(q.grad.detach().abs().max() > 0)
             if self._stepped_on_backward:  # a backward after steps: the previous one's steps are all in
                 self.close_phase()
 

@@ -57,6 +57,20 @@ class LoopDiffOutcome(Outcome):
     stale_compared: Optional[int] = Field(
         default=None, description="That optimizer's steps compared with the one before.",
         json_schema_extra={"words": "steps compared"})
+    closure_reevaluations: int = Field(
+        default=0, description="Backwards of a closure optimizer's (LBFGS's) closure after the first inside one "
+                               "step, over all the steps.",
+        json_schema_extra={"words": "closure evaluated again"})
+    closure_kept: int = Field(
+        default=0, description="Of those, the backwards that began with the previous evaluation's gradient still "
+                               "in the weights' .grad.",
+        json_schema_extra={"words": "evaluations on a kept gradient"})
+    closure_sums_gradients: bool = Field(
+        default=False, description="On most of those (at least 4), the previous evaluation's gradient was still "
+                                   "in the weights' .grad when the backward began: the closure does not reset "
+                                   "the gradients, so each evaluation's gradient is summed with those before it "
+                                   "and the line search compares losses with gradients of other points.",
+        json_schema_extra={"words": "closure sums gradients"})
     step_grads_zero: bool = Field(
         default=False, description="The optimizer stepped, but every time on all-zero (or no) gradients.",
         json_schema_extra={"words": "step gradients zero"})
