@@ -87,3 +87,41 @@ def test_node_pair_indices_are_not_labels_of_the_node_embeddings():
 
     out = run_experiment(LABEL_CHECK, session_of(link_setup))
     assert not out.is_classification and out.out_of_range_count == 0
+
+
+# --- A run that still falls on a doubly squashed loss (Deep Knowledge Tracing's sigmoid in forward() with
+# binary_cross_entropy_with_logits): its replay shows no symptom, the loss call does ----------------------
+
+def answers(seed, n):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(12, generator=g)
+    out = []
+    for _ in range(n):
+        x = torch.randn(64, 12, generator=g)
+        out.append((x, (torch.rand(64, generator=g) < torch.sigmoid(x @ w * 0.7)).float()))  # Bernoulli: floor > 0
+    return out
+
+
+def answers_setup(squash_twice):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 1), nn.Sigmoid(), nn.Flatten(0))
+    loss = nn.BCEWithLogitsLoss() if squash_twice else nn.BCELoss()
+    loss_fn = lambda m, b: loss(m(b[0]), b[1])  # noqa: E731
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    batches = answers(0, 40)
+    for step in range(300):  # the checkpoint: mid-run, still falling slowly
+        optimizer.zero_grad()
+        loss_fn(model, batches[step % 40]).backward()
+        optimizer.step()
+    return triage.Setup(model=model, optimizer=optimizer, loss_fn=loss_fn, batches=batches,
+                        val_batches=answers(1, 8))
+
+
+def test_a_slowly_falling_run_whose_loss_squashes_probabilities_again_is_not_healthy(tmp_path):
+    report, _ = triage.run(lambda: answers_setup(squash_twice=True), None, out=tmp_path / "twice")
+    assert report.root_cause == "wrong_loss" and report.confidence == "medium"  # a fact of the call, no replay
+    seen = report.experiment("scores_before_healthy").outcome
+    assert seen["scores_squashed"] and seen["scores_max"] - seen["scores_min"] > 0.5
+    assert "binary_cross_entropy_with_logits" in report.fix
+    healthy, _ = triage.run(lambda: answers_setup(squash_twice=False), None, out=tmp_path / "once")
+    assert healthy.root_cause == "healthy"

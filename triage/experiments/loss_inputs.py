@@ -27,16 +27,22 @@ SCORE_LOSSES = ("binary_cross_entropy_with_logits", "cross_entropy")
 
 @dataclass
 class ScoresSeen:
-    """The inputs the score losses were handed: how many calls, and whether every one lay in [0, 1]."""
+    """The inputs the score losses were handed: how many calls, whether every one lay in [0, 1], and the
+    least and greatest value over all of them."""
 
     calls: int = 0
     all_in_unit_interval: bool = True
+    low: float = math.inf
+    high: float = -math.inf
 
     def add(self, scores: torch.Tensor) -> None:
         self.calls += 1
         finite = bool(torch.isfinite(scores).all())
-        self.all_in_unit_interval &= finite and bool(
-            (scores.min() >= -SQUASH_TOLERANCE) & (scores.max() <= 1 + SQUASH_TOLERANCE))
+        if finite and scores.numel():
+            low, high = float(scores.min()), float(scores.max())
+            self.low, self.high = min(self.low, low), max(self.high, high)
+        self.all_in_unit_interval &= finite and bool(scores.numel()) and \
+            self.low >= -SQUASH_TOLERANCE and self.high <= 1 + SQUASH_TOLERANCE
 
     @property
     def squashed(self) -> bool:

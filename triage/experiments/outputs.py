@@ -23,6 +23,9 @@ class OutputCheckParams(Params):
     tolerance: Optional[float] = Field(
         default=None, gt=0, description="How far row sums may be from 1; None: 1e-3 in fp32, 1e-2 under "
                                         "bf16/fp16 autocast (their softmax rounds at ~4e-3).")
+    against_standard: bool = Field(
+        default=True, description="Also compare the run's loss with the standard loss for its outputs and targets "
+                                  "(a gradient through the model; off where only the outputs are read).")
 
 
 def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
@@ -34,7 +37,8 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
         loss = mean_loss(setup, batches, device)
     ctx.restart()  # the forwards may have moved BatchNorm statistics
     scores = dict(scores_squashed=seen.squashed, targets_discrete=all(_discrete_targets(b) for b in batches),
-                  scores_unsquashed_loss=None)
+                  scores_unsquashed_loss=None, scores_min=seen.low if math.isfinite(seen.low) else None,
+                  scores_max=seen.high if math.isfinite(seen.high) else None)
     if seen.squashed:  # one more pass of forwards, with the scores unsquashed
         scores["scores_unsquashed_loss"] = _scores_unsquashed_loss(setup, batches, device)
         ctx.restart()
@@ -52,7 +56,7 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
     squashed = finite and bool((rows >= -tol).all() and (rows <= 1 + tol).all())
     unsquashed = _unsquashed_loss(setup, batches, device, probabilities) if squashed else None
     ctx.restart()
-    rule, compared = _against_standard(session)
+    rule, compared = _against_standard(session) if p.against_standard else (None, None)
     nothing = standard_levels(session, rule).nothing_learned if compared else None
     ctx.restart()
     return OutputCheckOutcome(

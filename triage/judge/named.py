@@ -36,6 +36,8 @@ DEAD_ON_AVERAGE = 0.5  # over half the units dead, averaged over the ReLU layers
 DEAD_IN_A_LAYER = 0.9  # or over 90% in one layer
 # Validation rows that duplicate training rows (overlap_check): a few are chance, a tenth is a leak.
 DUPLICATE_SHARE = 0.1
+# Scores handed a loss on raw scores, all in [0, 1]: spread over at least this much of it, they are probabilities.
+SQUASHED_SPREAD = 0.5
 # Where the training rows repeat one another (the chance that a row drawn from the same data repeats one already
 # drawn), validation rows drawn apart from them repeat them about as often: a recommender's (user, item) pairs
 # repeat 54% within training and 57% across the split, and the repeats are its popular pairs, which score better
@@ -273,6 +275,13 @@ NAMED: dict[str, NamedRule] = {
         "the run's own step leaves over 90% of the trainable weights unchanged where the reference loop moves them"),
     "clips_always": NamedRule(
         ("replay",), f"$replay.clipped_fraction > {CLIPS_ALWAYS}", "the replay clipped over 90% of its steps"),
+    # Everything the run's loss handed a loss on raw scores lay in [0, 1], spread over half of it: probabilities
+    # squashed again by that loss's own sigmoid or softmax (raw scores that small and that spread, never once
+    # negative, are not seen; an untrained model's near-constant scores are not read).
+    "squashed_twice": NamedRule(
+        ("outputs",), f"$outputs.scores_squashed and $outputs.scores_max - $outputs.scores_min >= {SQUASHED_SPREAD}",
+        "every value the run's loss handed binary_cross_entropy_with_logits or cross_entropy lay in [0, 1], "
+        "spread over half of it"),
     "loss_of_its_own": NamedRule(
         ("outputs",), f"$outputs.gradient_vs_standard > {OWN_LOSS_GRADIENT}",
         "the gradient the run's loss sends into the output differs from the standard loss's by over 5%"),

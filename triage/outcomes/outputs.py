@@ -44,6 +44,13 @@ class OutputCheckOutcome(Outcome):
                                    "cross_entropy) lies in [0, 1] on every call: squashed before it, in forward() or "
                                    "after it.",
         json_schema_extra={"words": "scores squashed before the loss", "ranks": "all"})
+    scores_min: Optional[float] = Field(
+        default=None, description="The least value the run's loss handed a loss on raw scores, over every call "
+                                  "(None: no such call, or a non-finite value).",
+        json_schema_extra={"words": "least score handed the loss"})
+    scores_max: Optional[float] = Field(
+        default=None, description="The greatest such value.",
+        json_schema_extra={"words": "greatest score handed the loss"})
     scores_unsquashed_loss: Optional[float] = Field(
         default=None, description="The loss with those scores' squashing undone (log of probability rows, logit of "
                                   "[0, 1] values) where the score loss receives them.",
