@@ -826,6 +826,36 @@ def test_a_policy_gradient_is_no_classifier_whose_loss_went_below_zero(tmp_path)
     assert "example_weights" in [f.id for f in report.findings]
 
 
+def saved_episodes_policy() -> triage.Setup:
+    """pytorch/examples' REINFORCE policy (softmax output, Categorical(probs).log_prob = log of the probability)
+    on saved rollouts of a mostly random behaviour policy, returns standardised per batch."""
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(48):
+        obs = torch.randn(256, 4, generator=g)
+        action = torch.randint(0, 2, (256,), generator=g)
+        ret = (action == (obs[:, 0] > 0).long()).float() + 2.0 * torch.randn(256, generator=g)
+        batches.append((obs, action, (ret - ret.mean()) / (ret.std() + 1e-8)))
+    torch.manual_seed(0)
+    policy = nn.Sequential(nn.Linear(4, 128), nn.Dropout(0.6), nn.ReLU(), nn.Linear(128, 2), nn.Softmax(dim=-1))
+
+    def loss_fn(model, batch):
+        obs, action, ret = batch
+        return -(torch.log(model(obs).gather(1, action[:, None]).squeeze(1)) * ret).mean()
+    return triage.Setup(model=policy, optimizer=torch.optim.Adam(policy.parameters(), lr=3e-2), loss_fn=loss_fn,
+                        batches=batches)
+
+
+def test_a_policy_gradient_replayed_into_underflow_on_its_saved_episodes_is_no_divergence(tmp_path):
+    """Was: lr_too_high (medium), "lower the LR to 0.1x" (the held-back REINFORCE CartPole's healthy run): the
+    replay minimises the surrogate on the same episodes until an action's probability underflows to log 0."""
+    report, _ = triage.run(saved_episodes_policy, None, out=tmp_path)
+    baseline = report.experiment("baseline").outcome
+    assert not baseline["finite"] and baseline["loss_min"] < 10 * baseline["loss_start"] < 0  # ran off, then NaN
+    assert (report.root_cause, report.confidence) == ("healthy", "low"), report.path
+    assert "replay_ran_off" in [f.id for f in report.findings]
+
+
 def test_a_policy_gradient_whose_first_episode_is_all_one_sign_still_weighs_its_labels_both_ways():
     """Advantages computed outside the loss, the first batch's all positive (one good episode): read on that batch
     alone the loss pushes every label up, like importance weights, and the surrogate got a classifier's floor."""
