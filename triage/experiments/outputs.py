@@ -12,7 +12,7 @@ from pydantic import Field
 from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.interventions import unsquash
 from triage.experiments.loss_inputs import score_losses
-from triage.experiments.probes import mean_loss, model_output
+from triage.experiments.probes import mean_loss, model_outputs
 from triage.experiments.standard_loss import Comparison, compare_at_checkpoint, standard_levels, standard_rule
 from triage.batches import named_tensors
 from triage.outcomes.outputs import OutputCheckOutcome
@@ -32,7 +32,9 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
     session = ctx.session
     setup, device = session.setup, session.device
     batches = session.batches[:p.batches]
-    outputs = [o for o in (model_output(setup, b, device) for b in batches) if o is not None]
+    every = [o for o in (model_outputs(setup, b, device) for b in batches) if o]
+    outputs = [o[0] for o in every]
+    spread = least_spread(every)
     with score_losses() as seen:
         loss = mean_loss(setup, batches, device)
     ctx.restart()  # the forwards may have moved BatchNorm statistics
@@ -44,6 +46,7 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
         ctx.restart()
     if not outputs:
         return OutputCheckOutcome(has_output=False, loss_checkpoint=loss, **scores)
+    scores["least_spread"] = spread
     k = int(outputs[0].shape[-1])
     rows = torch.cat([o.reshape(-1, o.shape[-1]) for o in outputs if o.shape[-1] == k])  # (N, K)
     tol = p.tolerance or (1e-3 if setup.precision == "fp32" else 1e-2)
@@ -73,6 +76,26 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
         loss_checkpoint=loss, probability_ce_floor=floor,
         loss_floor_ratio=loss / floor if floor and math.isfinite(loss) else None,
     )
+
+
+def least_spread(outputs: list[list[torch.Tensor]], min_rows: int = 8) -> Optional[float]:
+    """How far the model's outputs spread over examples, for its least spread output: each output's rows
+    (examples, or positions of examples) scaled to unit length, their std over the rows averaged over the
+    output's d dimensions, times sqrt(d). Outputs spread evenly over every direction score 1; outputs that are
+    the same vector for every example score 0 (the collapse monitor of SimSiam, Chen & He 2021). None where no
+    output has min_rows finite rows of d >= 2 in every batch."""
+    least: Optional[float] = None
+    for position in range(min(len(o) for o in outputs)):
+        tensors = [o[position] for o in outputs]
+        d = tensors[0].shape[-1]
+        if d < 2 or any(t.shape[-1] != d for t in tensors):
+            continue
+        rows = torch.cat([t.reshape(-1, d) for t in tensors])
+        if len(rows) < min_rows or not bool(torch.isfinite(rows).all()):
+            continue
+        value = float(torch.nn.functional.normalize(rows, dim=1).std(0).mean()) * math.sqrt(d)
+        least = value if least is None else min(least, value)
+    return least
 
 
 def _against_standard(session) -> tuple[Optional[str], Optional[Comparison]]:

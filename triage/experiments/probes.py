@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import torch
@@ -29,35 +29,46 @@ class _Captured(Exception):
 
 def first_floating(value: Any, min_dim: int = 2) -> Optional[torch.Tensor]:
     """The first floating tensor with at least `min_dim` dims in a (nested) model output."""
+    return next(floating_tensors(value, min_dim), None)
+
+
+def floating_tensors(value: Any, min_dim: int = 2) -> Iterator[torch.Tensor]:
+    """Every floating tensor with at least `min_dim` dims in a (nested) model output, in order."""
     if isinstance(value, torch.Tensor):
-        return value if value.is_floating_point() and value.dim() >= min_dim else None
+        if value.is_floating_point() and value.dim() >= min_dim:
+            yield value
+        return
     if isinstance(value, dict):
         value = list(value.values())
     elif hasattr(value, "to_tuple"):  # Hugging Face ModelOutput
         value = value.to_tuple()
     if isinstance(value, (list, tuple)):
         for item in value:
-            found = first_floating(item, min_dim)
-            if found is not None:
-                return found
-    return None
+            yield from floating_tensors(item, min_dim)
 
 
 @torch.no_grad()
 def model_output(setup: Setup, batch: Any, device: torch.device) -> Optional[torch.Tensor]:
-    """The model's output on `batch` (the logits, for a classifier), detached, in fp32.
+    """The model's output on `batch` (the logits, for a classifier), detached, in fp32: the first floating
+    output of dim >= 2 (see `model_outputs`). None when the loss function never calls the model's forward."""
+    outputs = model_outputs(setup, batch, device)
+    return outputs[0] if outputs else None
+
+
+@torch.no_grad()
+def model_outputs(setup: Setup, batch: Any, device: torch.device) -> list[torch.Tensor]:
+    """Every floating output of dim >= 2 of the model's first forward on `batch` (a Siamese model's two
+    branches, an encoder's embeddings beside its logits), detached, in fp32.
 
     The forward is driven through the user's `loss_fn` (only it knows how to call the model); a hook on
-    the top module takes the first floating output of dim >= 2 and stops the call there, so a loss
-    that would fail on these outputs (labels out of range, say) is never reached.
-    None when the loss function never calls the model's forward.
+    the top module takes the outputs and stops the call there, so a loss that would fail on these outputs
+    (labels out of range, say) is never reached. Empty when the loss function never calls the model's forward.
     """
     captured: list[torch.Tensor] = []
 
     def hook(module, inputs, output):
-        tensor = first_floating(output)
-        if tensor is not None:
-            captured.append(tensor.detach().float())
+        captured.extend(t.detach().float() for t in floating_tensors(output))
+        if captured:
             raise _Captured
 
     handle = setup.model.register_forward_hook(hook)
@@ -68,7 +79,7 @@ def model_output(setup: Setup, batch: Any, device: torch.device) -> Optional[tor
         pass
     finally:
         handle.remove()
-    return captured[0] if captured else None
+    return captured
 
 
 LABEL_KEYS = ("labels", "label", "targets", "target", "y")  # dict batches: where labels usually live

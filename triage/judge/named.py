@@ -36,6 +36,10 @@ DEAD_ON_AVERAGE = 0.5  # over half the units dead, averaged over the ReLU layers
 DEAD_IN_A_LAYER = 0.9  # or over 90% in one layer
 # Validation rows that duplicate training rows (overlap_check): a few are chance, a tenth is a leak.
 DUPLICATE_SHARE = 0.1
+# A model output spread over the examples under a quarter of what outputs spread over every direction do
+# (outputs.least_spread): nearly the same vector for every input, a collapsed representation. Healthy
+# Siamese encoders measure ~1, a SimSiam without its stop-gradient 0.1 a few epochs in.
+COLLAPSED_SPREAD = 0.25
 # Scores handed a loss on raw scores, all in [0, 1]: spread over at least this much of it, they are probabilities.
 SQUASHED_SPREAD = 0.5
 # Where the training rows repeat one another (the chance that a row drawn from the same data repeats one already
@@ -278,6 +282,10 @@ NAMED: dict[str, NamedRule] = {
     # Everything the run's loss handed a loss on raw scores lay in [0, 1], spread over half of it: probabilities
     # squashed again by that loss's own sigmoid or softmax (raw scores that small and that spread, never once
     # negative, are not seen; an untrained model's near-constant scores are not read).
+    "collapsed": NamedRule(
+        ("outputs",), f"$outputs.least_spread != none and $outputs.least_spread < {COLLAPSED_SPREAD}",
+        "one of the model's outputs is nearly the same vector for every input: scaled to unit length, it spreads "
+        "over the examples under a quarter of what outputs spread over every direction do"),
     "squashed_twice": NamedRule(
         ("outputs",), f"$outputs.scores_squashed and $outputs.scores_max - $outputs.scores_min >= {SQUASHED_SPREAD}",
         "every value the run's loss handed binary_cross_entropy_with_logits or cross_entropy lay in [0, 1], "

@@ -44,6 +44,12 @@ class OutputCheckOutcome(Outcome):
                                    "cross_entropy) lies in [0, 1] on every call: squashed before it, in forward() or "
                                    "after it.",
         json_schema_extra={"words": "scores squashed before the loss", "ranks": "all"})
+    least_spread: Optional[float] = Field(
+        default=None, description="How far the model's least spread floating output spreads over the examples: its "
+                                  "rows scaled to unit length, their std over the rows averaged over the d "
+                                  "dimensions, times sqrt(d). About 1 for outputs spread over every direction; near 0 "
+                                  "for the same vector whatever the input (a collapsed representation).",
+        json_schema_extra={"words": "least spread of an output", "unit": "×"})
     scores_min: Optional[float] = Field(
         default=None, description="The least value the run's loss handed a loss on raw scores, over every call "
                                   "(None: no such call, or a non-finite value).",
