@@ -250,6 +250,52 @@ def test_a_gan_loop_that_never_resets_d_is_called_a_loop_bug_naming_d(tmp_path):
     assert f"On {loop['stale_compared']} of its {loop['stale_compared']} steps compared" in report.fix
 
 
+def critic_through_the_fake(g_reset_first: bool):
+    """PyTorch-GAN's WGAN loop: the critic's loss takes the generator's output without .detach() (harmless,
+    its maintainers say, "since we later zero out the gradients" of G before G's step). With G's zero_grad
+    moved to the top of the iteration, G steps on the critic's gradient plus its own."""
+    def step(model, optimizers, batch):
+        model.train()
+        (real,) = batch
+        if g_reset_first:
+            optimizers["G"].zero_grad()
+        fake = model["G"](torch.randn(real.shape[0], 4))
+        d_real, d_fake = model["D"](real), model["D"](fake)  # the fake not detached
+        d_loss = nn.functional.binary_cross_entropy_with_logits(d_real, torch.ones_like(d_real)) + \
+            nn.functional.binary_cross_entropy_with_logits(d_fake, torch.zeros_like(d_fake))
+        optimizers["D"].zero_grad()
+        d_loss.backward()
+        optimizers["D"].step()
+        _, g_loss = gan_losses(model, real)
+        if not g_reset_first:
+            optimizers["G"].zero_grad()
+        g_loss.backward()
+        optimizers["G"].step()
+        return d_loss.detach() + g_loss.detach()
+    return step
+
+
+@pytest.mark.parametrize("step, share", [(gan_step, 0.0), (gan_step_d_never_reset, 0.0),
+                                         (critic_through_the_fake(g_reset_first=False), 0.0),
+                                         (critic_through_the_fake(g_reset_first=True), 1.0)])
+def test_an_optimizer_of_a_set_stepping_on_another_objectives_gradient_is_caught(step, share):
+    out = run(LOOP_DIFF, session_of(lambda: gan_setup(lr=2e-4).model_copy(update={"train_step": step})))
+    assert out.foreign_gradient_share == share
+    if share:
+        assert (out.foreign_optimizer, out.foreign_others) == ("G", "'D'")
+        assert out.stale_gradient_share == 0.0  # G's gradients were reset each step, only too early
+
+
+def test_a_gan_loop_whose_generator_steps_on_the_critics_gradient_is_a_loop_bug(tmp_path):
+    """Was: unexplained (low) on the second round's WGAN-GP with optimizer_G.zero_grad() moved up."""
+    step = critic_through_the_fake(g_reset_first=True)
+    report, _ = triage.run(lambda: gan_setup(lr=2e-4).model_copy(update={"train_step": step}), None, out=tmp_path)
+    assert report.root_cause == "loop_bug" and report.path[-1] == "loop_bug_foreign"
+    loop = report.experiment("loop").outcome
+    assert "Reset the gradients of 'G' right before its own backward" in report.fix
+    assert f"on {loop['foreign_steps']} of its {loop['foreign_compared']} steps compared" in report.fix
+
+
 def test_a_graph_cut_in_the_loss_itself_is_no_loop_bug(tmp_path):
     """Was: loop_bug (medium), "backward() reaches no weight": a MAML whose inner loop detaches its fast weights
     cuts the graph in its loss, and the reference loop, on the same loss_fn, reaches no weight either. The loop

@@ -76,6 +76,7 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
     grad_growth = _growth(ratios, p.steps)
     updated = watch.optimizer_steps + watch.scaler_skips + watch.manual_updates
     stale_name = stale.most_kept()
+    foreign_name = stale.most_foreign()
     return LoopDiffOutcome(
         has_train_step=True, train_step_source=defined_at(setup.train_step), steps_run=len(user_losses),
         params_never_changed=user_unchanged,
@@ -86,6 +87,10 @@ def measure(ctx: Context, p: LoopDiffParams) -> LoopDiffOutcome:
         grad_growth=grad_growth, stale_optimizer=stale_name,
         stale_gradient_share=stale.kept[stale_name] / stale.compared[stale_name] if stale_name else None,
         stale_steps=stale.kept.get(stale_name), stale_compared=stale.compared.get(stale_name),
+        foreign_optimizer=foreign_name,
+        foreign_gradient_share=stale.foreign[foreign_name] / stale.compared[foreign_name] if foreign_name else None,
+        foreign_steps=stale.foreign.get(foreign_name), foreign_compared=stale.compared.get(foreign_name),
+        foreign_others=_others_of(stale, foreign_name),
         closure_reevaluations=watch.reevaluations, closure_kept=watch.kept_on_reevaluation,
         closure_sums_gradients=watch.reevaluations >= MIN_REEVALUATIONS and watch.kept_on_reevaluation > watch.reevaluations / 2,
         separate_objectives=watch.several_objectives,
@@ -302,12 +307,17 @@ class _UserStepWatch:
 
 class _StaleGradients:
     """Each optimizer of a set (a GAN's G and D, each stepped on its own loss, so no fresh gradient of loss_fn
-    is a counterpart of what it was given): whether a step's gradient still holds its previous step's. Every
-    gradient a backward computes for a parameter is summed (a tensor hook) since its optimizer last stepped;
-    a step given exactly its previous step's gradient plus that sum was given a gradient nothing reset in
-    between (a zero_grad left out). A reset, by any means (the optimizer's, a submodule's, `.grad = None`),
-    leaves less. Exact, so no noise to allow for: a GradScaler's unscaling makes the sums differ, and the
-    step is then not counted as kept."""
+    is a counterpart of what it was given): what its steps were given besides its own loss's gradient.
+
+    Every gradient a backward computes for a parameter is kept (a tensor hook) since its optimizer last
+    stepped, by backward phase: the backwards between two optimizer steps, read by the optimizers that step
+    after them (a critic's backward, then the critic's step). A step given exactly its previous step's
+    gradient plus everything since was given a gradient nothing reset in between (a zero_grad left out:
+    `kept`). A step given exactly the gradients of its last phases, of which one was stepped on by other
+    optimizers only, was given another objective's gradient (the critic's backward through a fake it did not
+    detach, with the generator's zero_grad before it, not after: `foreign`). A reset, by any means (the
+    optimizer's, a submodule's, `.grad = None`), leaves less. Exact, so no noise to allow for: a GradScaler's
+    unscaling makes the sums differ, and the step is then counted as neither."""
 
     MIN_COMPARED = 4  # steps of one optimizer compared before a share is read
     EXACT = 1e-3  # the step's gradient within 0.1% of the previous one plus the new ones: float sums agree
@@ -317,9 +327,12 @@ class _StaleGradients:
         self.params = {name: [q for q in _params_of(o) if q.requires_grad] for name, o in optimizers.items()} \
             if len(optimizers) > 1 else {}
         self.optimizers = optimizers
-        self.added: dict[int, torch.Tensor] = {}  # id(parameter) -> gradients computed since its last step
+        # id(parameter) -> its gradients computed since its optimizer last stepped, one sum per phase
+        self.added: dict[int, list[tuple[int, torch.Tensor]]] = {}
+        self.phase, self.steppers = 0, {0: set()}  # phase -> the optimizers that stepped after it
         self.last: dict[str, list[torch.Tensor]] = {}  # each optimizer's gradient at its last step
         self.kept = {name: 0 for name in self.params}
+        self.foreign = {name: 0 for name in self.params}
         self.compared = {name: 0 for name in self.params}
         self._active = False
 
@@ -344,14 +357,28 @@ class _StaleGradients:
 
     def most_kept(self) -> Optional[str]:
         """The optimizer with the largest share of kept steps (None: none compared MIN_COMPARED steps)."""
-        shares = {name: self.kept[name] / n for name, n in self.compared.items() if n >= self.MIN_COMPARED}
+        return self._most(self.kept)
+
+    def most_foreign(self) -> Optional[str]:
+        """The optimizer with the largest share of steps given another objective's gradient."""
+        return self._most(self.foreign)
+
+    def _most(self, counts: dict[str, int]) -> Optional[str]:
+        shares = {name: counts[name] / n for name, n in self.compared.items() if n >= self.MIN_COMPARED}
         return max(shares, key=lambda n: (shares[n], n)) if shares else None
 
     def _on_grad(self, q: torch.Tensor, grad: torch.Tensor) -> None:
-        if self._active:
-            key = id(q)
-            g = grad.detach().float()
-            self.added[key] = self.added[key] + g if key in self.added else g.clone()
+        if not self._active:
+            return
+        if self.steppers[self.phase]:  # a backward after optimizer steps: a new phase
+            self.phase += 1
+            self.steppers[self.phase] = set()
+        phases = self.added.setdefault(id(q), [])
+        g = grad.detach().float()
+        if phases and phases[-1][0] == self.phase:
+            phases[-1] = (self.phase, phases[-1][1] + g)
+        else:
+            phases.append((self.phase, g.clone()))
 
     def _on_step(self, name: str, optimizer, args, kwargs) -> None:
         if not self._active:
@@ -359,14 +386,41 @@ class _StaleGradients:
         qs = self.params[name]
         now = [q.grad.detach().float().clone() if q.grad is not None else torch.zeros_like(q, dtype=torch.float32)
                for q in qs]
-        added = [self.added.pop(id(q), None) for q in qs]
+        added = [self.added.pop(id(q), []) for q in qs]
+        size = _norm(now)
         if name in self.last:
-            expected = [last + a if a is not None else last for last, a in zip(self.last[name], added)]
-            size, carried = _norm(now), _norm(self.last[name])
+            expected = [last + sum(g for _, g in phases) for last, phases in zip(self.last[name], added)]
+            carried = _norm(self.last[name])
             gap = _norm([n - e for n, e in zip(now, expected)])
             self.compared[name] += 1
             self.kept[name] += size > 0 and carried >= self.CARRIED * size and gap <= self.EXACT * size
+            self.foreign[name] += size > 0 and self._given_foreign(name, now, added, size)
+        self.steppers[self.phase].add(name)
         self.last[name] = now
+
+    def _given_foreign(self, name: str, now: list[torch.Tensor], added: list[list[tuple[int, torch.Tensor]]],
+                       size: float) -> bool:
+        """`now` is exactly the gradients of this optimizer's last few phases, one of them stepped on by other
+        optimizers only, whose gradient is at least 1% of it."""
+        phases = sorted({phase for kept in added for phase, _ in kept})
+        for first in phases:  # the phases from `first` on: the gradient left since a reset before `first`
+            suffix = [sum((g for phase, g in kept if phase >= first), torch.zeros_like(n)) for kept, n in zip(added, now)]
+            if _norm([n - t for n, t in zip(now, suffix)]) > self.EXACT * size:
+                continue
+            others = [phase for phase in phases if phase >= first and self.steppers.get(phase)
+                      and name not in self.steppers[phase]]
+            foreign = [sum((g for phase, g in kept if phase in others), torch.zeros_like(n))
+                       for kept, n in zip(added, now)]
+            return _norm(foreign) >= self.CARRIED * size
+        return False
+
+
+def _others_of(stale: _StaleGradients, name: Optional[str]) -> Optional[str]:
+    """The optimizers that stepped on backwards `name` did not step on: the other objectives' ('D', 'E')."""
+    if name is None:
+        return None
+    others = sorted({o for steppers in stale.steppers.values() if name not in steppers for o in steppers})
+    return ", ".join(f"'{o}'" for o in others) or None
 
 
 def _params_of(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

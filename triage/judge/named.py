@@ -391,6 +391,10 @@ NAMED: dict[str, NamedRule] = {
         ("loop",), f"$loop.stale_gradient_share >= {STALE_STEPS}",
         "one optimizer of several was given its previous step's gradient again (plus the new ones) on half "
         "its steps or more: nothing reset its gradients between steps"),
+    "takes_foreign_gradients": NamedRule(
+        ("loop",), f"$loop.foreign_gradient_share >= {STALE_STEPS}",
+        "one optimizer of several was given, besides its own loss's gradient, the gradient of a backward only the "
+        "others stepped on, on half its steps or more: its gradients were reset before that backward, not after"),
     # A loss of a kind with neither level (a policy surrogate, a GAN's pair, a contrastive or ranking loss, a
     # likelihood): a flat stretch of it is no symptom by itself; it is read by its counterfactuals alone.
     "levelless": NamedRule(

@@ -57,6 +57,25 @@ class LoopDiffOutcome(Outcome):
     stale_compared: Optional[int] = Field(
         default=None, description="That optimizer's steps compared with the one before.",
         json_schema_extra={"words": "steps compared"})
+    foreign_gradient_share: Optional[float] = Field(
+        default=None, description="Several optimizers (a GAN's G and D): of the steps of the optimizer that took "
+                                  "them most, the share given, besides the gradients of its own backward, those of "
+                                  "a backward that only other optimizers stepped on, to 0.1% (the critic's backward "
+                                  "through a fake it did not detach, with the generator's zero_grad before it, not "
+                                  "after; None: one optimizer, or too few steps to compare).",
+        json_schema_extra={"words": "steps on another objective's gradient", "unit": "%"})
+    foreign_optimizer: Optional[str] = Field(
+        default=None, description="That optimizer's name (Setup.optimizers).",
+        json_schema_extra={"words": "optimizer given another objective's gradient"})
+    foreign_steps: Optional[int] = Field(
+        default=None, description="Its steps given another objective's gradient.",
+        json_schema_extra={"words": "steps on another objective's gradient"})
+    foreign_compared: Optional[int] = Field(
+        default=None, description="That optimizer's steps compared.",
+        json_schema_extra={"words": "steps compared"})
+    foreign_others: Optional[str] = Field(
+        default=None, description="The optimizers that stepped on backwards it did not step on, quoted.",
+        json_schema_extra={"words": "other objectives' optimizers"})
     closure_reevaluations: int = Field(
         default=0, description="Backwards of a closure optimizer's (LBFGS's) closure after the first inside one "
                                "step, over all the steps.",
