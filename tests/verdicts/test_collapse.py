@@ -19,6 +19,7 @@ def test_outputs_spread_over_every_direction_score_one_and_one_vector_for_every_
     assert least_spread([[one_vector]]) < 0.01
     assert least_spread([[spread, one_vector]]) == least_spread([[one_vector]])  # the least spread output
     assert least_spread([[spread[:4]]]) is None  # too few rows to tell
+    assert least_spread([]) is None  # a loss_fn that never calls the model
 
 
 def views(n_batches=40):

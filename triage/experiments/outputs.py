@@ -85,7 +85,7 @@ def least_spread(outputs: list[list[torch.Tensor]], min_rows: int = 8) -> Option
     the same vector for every example score 0 (the collapse monitor of SimSiam, Chen & He 2021). None where no
     output has min_rows finite rows of d >= 2 in every batch."""
     least: Optional[float] = None
-    for position in range(min(len(o) for o in outputs)):
+    for position in range(min((len(o) for o in outputs), default=0)):
         tensors = [o[position] for o in outputs]
         d = tensors[0].shape[-1]
         if d < 2 or any(t.shape[-1] != d for t in tensors):
