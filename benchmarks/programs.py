@@ -5,6 +5,7 @@
     python benchmarks/programs.py --split fresh           # the second round (held back the same way)
     python benchmarks/programs.py --split round3          # the third round (held back the same way)
     python benchmarks/programs.py --split round4          # the fourth round (held back the same way)
+    python benchmarks/programs.py --split round5          # the fifth round (held back the same way)
     python benchmarks/programs.py --only ctc_speech dcgan --keep /tmp/reports
     python benchmarks/programs.py --certify               # re-run every program's stock-PyTorch certificate
     python benchmarks/programs.py --sample ci             # what CI runs: a few runs, end to end
@@ -47,7 +48,7 @@ sys.path.insert(0, str(PROGRAMS))
 
 import _program  # noqa: E402  (the folder beside this file)
 
-SPLITS = ("tune", "heldout", "fresh", "round3", "round4")
+SPLITS = ("tune", "heldout", "fresh", "round3", "round4", "round5")
 # The second round, written blind from README alone after the held-back third had been read (2026-11-28): a
 # split of its own, held back like the third until its first read, whatever the hash of its name says.
 FRESH = ("distillation_kd", "clip_dual_encoder", "multilabel_bce", "wgan_gp", "byol_ema", "ordinal_regression")
@@ -55,6 +56,8 @@ FRESH = ("distillation_kd", "clip_dual_encoder", "multilabel_bce", "wgan_gp", "b
 ROUND3 = ("word2vec_sgns", "transe_knowledge_graph", "crf_sequence_tagging", "maml_sinusoid", "pointnet_classification")
 # The fourth, written blind the same way after the third had been read and tuned on (2026-11-28, session 9).
 ROUND4 = ("masked_autoencoder", "speech_enhancement_sisnr", "knowledge_tracing_dkt")
+# The fifth, written blind the same way after the fourth had been read and tuned on (2026-11-29, session 10).
+ROUND5 = ("image_captioning_lstm", "sparse_autoencoder_l1", "fixmatch_semisupervised")
 # CI triages these runs end to end (tests/benchmarks/test_programs_benchmark.py), and re-runs CI_CERTIFY's certificate.
 CI_SAMPLE = (("keyword_spotting_cnn", "healthy"), ("keyword_spotting_cnn", "scheduler_per_batch"))
 CI_CERTIFY = ("keyword_spotting_cnn", "scheduler_per_batch")
@@ -62,14 +65,16 @@ TRIAGE_TIMEOUT_S = 900
 
 
 def split_of(name: str) -> str:
-    """A program's split, from its name alone: the second round's programs are `fresh`, the third and fourth
-    rounds' `round3` and `round4`; of the first round's, a third (hash mod 3 == 0) is held back."""
+    """A program's split, from its name alone: the second round's programs are `fresh`, the third, fourth and
+    fifth rounds' `round3`, `round4` and `round5`; of the first round's, a third (hash mod 3 == 0) is held back."""
     if name in FRESH:
         return "fresh"
     if name in ROUND3:
         return "round3"
     if name in ROUND4:
         return "round4"
+    if name in ROUND5:
+        return "round5"
     return "heldout" if int(hashlib.sha256(name.encode()).hexdigest(), 16) % 3 == 0 else "tune"
 
 
