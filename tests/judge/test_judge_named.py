@@ -93,7 +93,7 @@ def test_every_named_rule_says_what_it_means_and_parses():
     (None, None, None, None),   # no validation measured: unknown, never overfitting by default
 ])
 def test_val_rises_needs_a_rise_above_the_best_and_above_the_start(ratio, start, end, rises):
-    figures = {("n", "val_ratio"): ratio, ("n", "val_start"): start, ("n", "val_end"): end}
+    figures = {("n", "val_ratio"): ratio, ("n", "val_start"): start, ("n", "val_end"): end, ("n", "val_noise"): None}
     assert decide("val_rises(n)", figures) is rises
 
 
@@ -290,7 +290,7 @@ def test_repeats_like_training_is_an_overlap_the_datas_own_repetition_explains(s
     (1.05, 0.50, 0.60, False),  # not 10% above its best
 ])
 def test_val_rises_needs_the_end_clearly_above_the_start(ratio, start, end, rises):
-    figures = {("v", "val_ratio"): ratio, ("v", "val_start"): start, ("v", "val_end"): end}
+    figures = {("v", "val_ratio"): ratio, ("v", "val_start"): start, ("v", "val_end"): end, ("v", "val_noise"): None}
     assert decide("val_rises(v)", figures) is rises
 
 
@@ -306,3 +306,13 @@ def test_runs_off_is_a_loss_below_zero_that_falls_without_bound(start, end, kept
     figures = {("n", "loss_start"): start, ("n", "loss_end"): end, ("n", "fall_kept"): kept,
                ("i", "loss_setup_init"): init}
     assert decide("runs_off(n, i)", figures) is runs_off
+
+
+@pytest.mark.parametrize("start, end, noise, rises", [
+    (0.0445, 0.0496, 0.029, False),  # FixMatch's validation, 0.022..0.084 from one measurement to the next: no rise
+    (0.50, 0.60, 0.015, True),  # a steady climb of 0.015 a measurement
+    (0.50, 0.60, None, True),  # under three measurements: the rise alone decides, as before
+])
+def test_val_rises_needs_a_rise_beyond_the_validation_figures_own_noise(start, end, noise, rises):
+    figures = {("v", "val_ratio"): 2.0, ("v", "val_start"): start, ("v", "val_end"): end, ("v", "val_noise"): noise}
+    assert decide("val_rises(v)", figures) is rises

@@ -621,6 +621,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         val_ratio=t.val_losses[-1] / min(t.val_losses) if t.val_losses and min(t.val_losses) > 0 else None,
         val_start=t.val_losses[0] if t.val_losses else None,
         val_end=t.val_losses[-1] if t.val_losses else None,
+        val_noise=float(np.median(np.abs(np.diff(t.val_losses)))) if len(t.val_losses) >= 3 else None,
         val_final=t.val_final if t.val_final is not None and math.isfinite(t.val_final) else None,
     )
 

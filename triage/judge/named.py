@@ -101,6 +101,9 @@ VAL_ABOVE_BEST = 1.1
 # ... and clearly above where it started: a validation loss that dipped and came back to its start (0.1782 ->
 # 0.1783 for a healthy metric-learning run while its training loss fell 43%) has not risen.
 VAL_ABOVE_START = 1.02
+# ... and the rise from its start more than twice the median change between successive validation figures: a
+# figure that jumps by 50% from one measurement to the next and ends 10% up has not risen.
+VAL_RISE_NOISE = 2.0
 # A stall is confirmed where even the replay's steepest plausible trend, its fitted log-loss slope less two
 # standard errors of it, falls less than the stall threshold over its steps: its noise cannot hide a run
 # learning at that pace. (A noisy tabular run down 3% over 40 steps, each step 0.29 to 0.51, may be falling
@@ -385,8 +388,11 @@ NAMED: dict[str, NamedRule] = {
         "the replay (on a tiny subset) more than halved its loss, or ended under half the loss of learning "
         "nothing: the model learns what it is given"),
     "val_rises": NamedRule(
-        ("replay",), f"$replay.val_ratio > {VAL_ABOVE_BEST} and $replay.val_end > {VAL_ABOVE_START} * $replay.val_start",
-        "the replay's validation loss ended 10% above its best and 2% above where it started"),
+        ("replay",), f"$replay.val_ratio > {VAL_ABOVE_BEST} and $replay.val_end > {VAL_ABOVE_START} * $replay.val_start "
+                     f"and ($replay.val_noise == none or $replay.val_end - $replay.val_start > "
+                     f"{VAL_RISE_NOISE} * $replay.val_noise)",
+        "the replay's validation loss ended 10% above its best and 2% above where it started, by more than twice its "
+        "own step-to-step noise"),
     "keeps_gradients": NamedRule(
         ("loop",), f"$loop.stale_gradient_share >= {STALE_STEPS}",
         "one optimizer of several was given its previous step's gradient again (plus the new ones) on half "

@@ -152,6 +152,10 @@ class ReplayOutcome(VerifiedFix):
         json_schema_extra={"words": "last / best validation loss", "unit": "×"})
     val_start: Optional[float] = Field(default=None, json_schema_extra={"words": "validation start"})
     val_end: Optional[float] = Field(default=None, json_schema_extra={"words": "validation end"})
+    val_noise: Optional[float] = Field(
+        default=None, description="The validation loss's own step-to-step noise over the replay: the median "
+                                  "absolute change between successive measurements (None: under three).",
+        json_schema_extra={"words": "validation noise"})
     val_final: Optional[float] = Field(
         default=None, description="Validation loss at the replay's end, on the first VAL_BATCHES validation batches "
                                   "(None without validation data, or where the replay did not end finite): what a fix "
