@@ -407,7 +407,8 @@ class _StaleGradients:
             suffix = [sum((g for phase, g in kept if phase >= first), torch.zeros_like(n)) for kept, n in zip(added, now)]
             if _norm([n - t for n, t in zip(now, suffix)]) > self.EXACT * size:
                 continue
-            others = [phase for phase in phases if phase >= first and self.steppers.get(phase)
+            # Phases closed before this one (the current phase's steppers are still stepping: body, then head)
+            others = [phase for phase in phases if first <= phase < self.phase and self.steppers.get(phase)
                       and name not in self.steppers[phase]]
             foreign = [sum((g for phase, g in kept if phase in others), torch.zeros_like(n))
                        for kept, n in zip(added, now)]
