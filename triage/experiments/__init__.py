@@ -9,6 +9,7 @@ from triage.experiments.checkpoint_check import CHECKPOINT_CHECK
 from triage.experiments.curvature import CURVATURE
 from triage.experiments.data_check import DATA_CHECK
 from triage.experiments.epoch_order import EPOCH_ORDER
+from triage.experiments.example_order import EXAMPLE_ORDER
 from triage.experiments.gradient_flow import GRADIENT_FLOW
 from triage.experiments.history_check import HISTORY_CHECK
 from triage.experiments.init_check import INIT_LOSS
@@ -30,7 +31,7 @@ from triage.records import ExperimentRun
 BUILTIN = (DATA_CHECK, CHECKPOINT_CHECK, LABEL_CHECK, OVERLAP_CHECK, HISTORY_CHECK, LOOP_DIFF, INIT_LOSS, REPLAY,
            BATCH_SCAN, LOCATE_NONFINITE, LR_RANGE_TEST, GRADIENT_FLOW, ACTIVATION_HEALTH, LR_TRACE,
            OUTPUT_CHECK, LR_SEARCH, INIT_SEARCH, REPLICA_SYNC, RANK_DATA, EPOCH_ORDER,
-           STANDARD_LOSS_SWAP, CURVATURE)
+           STANDARD_LOSS_SWAP, CURVATURE, EXAMPLE_ORDER)
 
 
 def default_registry() -> Registry:

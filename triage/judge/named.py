@@ -40,6 +40,9 @@ DUPLICATE_SHARE = 0.1
 # (outputs.least_spread): nearly the same vector for every input, a collapsed representation. Healthy
 # Siamese encoders measure ~1, a SimSiam without its stop-gradient 0.1 a few epochs in.
 COLLAPSED_SPREAD = 0.25
+# A batch's examples reversed change the loss by more than this share of it: no float summation order does
+# (~1e-6); a loss or forward that works across examples by their place in the batch does.
+ORDER_GAP = 0.01
 # Scores handed a loss on raw scores, all in [0, 1]: spread over at least this much of it, they are probabilities.
 SQUASHED_SPREAD = 0.5
 # Where the training rows repeat one another (the chance that a row drawn from the same data repeats one already
@@ -285,6 +288,10 @@ NAMED: dict[str, NamedRule] = {
     # Everything the run's loss handed a loss on raw scores lay in [0, 1], spread over half of it: probabilities
     # squashed again by that loss's own sigmoid or softmax (raw scores that small and that spread, never once
     # negative, are not seen; an untrained model's near-constant scores are not read).
+    "order_matters": NamedRule(
+        ("example_order",), f"$example_order.loss_gap != none and $example_order.loss_gap > {ORDER_GAP}",
+        "the loss changed by over 1% when the batch's examples came in reverse order (the batch not sorted by any "
+        "of its tensors, the model handed the same examples reversed)"),
     "collapsed": NamedRule(
         ("outputs",), f"$outputs.least_spread != none and $outputs.least_spread < {COLLAPSED_SPREAD}",
         "one of the model's outputs is nearly the same vector for every input: scaled to unit length, it spreads "

@@ -19,6 +19,7 @@ from triage.outcomes.checkpoint_check import CheckpointCheckOutcome
 from triage.outcomes.curvature import CurvatureOutcome
 from triage.outcomes.data_check import DataCheckOutcome
 from triage.outcomes.epoch_order import EpochOrderOutcome
+from triage.outcomes.example_order import ExampleOrderOutcome
 from triage.outcomes.gradient_flow import GradientFlowOutcome
 from triage.outcomes.history_check import HistoryOutcome
 from triage.outcomes.init_check import InitCheckOutcome
@@ -41,7 +42,7 @@ __all__ = ["Outcome", "SHIPPED"]
 SHIPPED: dict[str, type[Outcome]] = {
     "activation_health": ActivationOutcome, "batch_scan": BatchScanOutcome,
     "checkpoint_check": CheckpointCheckOutcome, "curvature": CurvatureOutcome, "data_check": DataCheckOutcome,
-    "epoch_order": EpochOrderOutcome, "gradient_flow": GradientFlowOutcome, "history_check": HistoryOutcome,
+    "epoch_order": EpochOrderOutcome, "example_order": ExampleOrderOutcome, "gradient_flow": GradientFlowOutcome, "history_check": HistoryOutcome,
     "init_loss": InitCheckOutcome, "label_check": LabelCheckOutcome, "locate_nonfinite": LocateOutcome,
     "loop_diff": LoopDiffOutcome, "lr_range_test": LrRangeOutcome, "lr_trace": LrTraceOutcome,
     "output_check": OutputCheckOutcome, "overlap_check": OverlapOutcome, "rank_data": RankDataOutcome,
