@@ -81,3 +81,13 @@ def test_a_sorted_cox_loss_on_shuffled_batches_is_the_wrong_loss(tmp_path):
     assert (report.root_cause, report.confidence, report.path[-1]) == ("wrong_loss", "medium", "wrong_loss_order")
     healthy, _ = triage.run(lambda: cox_setup("sorting"), None, out=tmp_path / "sorting")
     assert healthy.root_cause != "wrong_loss" and "example_order" in healthy.path
+
+
+def test_a_loss_that_is_not_finite_at_the_checkpoint_is_not_compared():
+    def setup():
+        s = cox_setup("sorting")
+        with torch.no_grad():
+            s.model[2].weight.fill_(float("inf"))  # a blown-up checkpoint: the loss is NaN in every order
+        return s
+    out = run(EXAMPLE_ORDER, session_of(setup))
+    assert out.loss_gap is None and "not finite" in out.not_compared

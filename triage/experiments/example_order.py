@@ -41,6 +41,8 @@ def measure(ctx: Context, p: ExampleOrderParams) -> ExampleOrderOutcome:
         if reason is None:
             try:
                 compared = _compared(session.setup, batch, session.device)
+            except _NotFinite:
+                compared, reason = None, "the loss is not finite on the batch"
             except Exception as exc:  # noqa: BLE001 - a loss or forward that refuses another order (packing)
                 compared, reason = None, f"reversed, the batch raised {type(exc).__name__}"
             ctx.restart()
@@ -87,8 +89,14 @@ def _compared(setup: Any, batch: Any, device: torch.device) -> Optional[tuple[fl
     loss_r, inputs_r, outputs_r = _scored(setup, reversed_batch, device)
     if not _rows_reversed(inputs, inputs_r, n):
         return None
-    gap = abs(loss_r - loss) / abs(loss) if loss != 0 and math.isfinite(loss) else math.inf
+    if not (math.isfinite(loss) and math.isfinite(loss_r)):
+        raise _NotFinite
+    gap = abs(loss_r - loss) / abs(loss) if loss != 0 else (0.0 if loss_r == 0 else math.inf)
     return gap, _rows_reversed(outputs, outputs_r, n)
+
+
+class _NotFinite(Exception):
+    """The loss is not finite on the batch, in one order or the other: nothing to compare."""
 
 
 def _scored(setup: Any, batch: Any, device: torch.device) -> tuple[float, list[torch.Tensor], list[torch.Tensor]]:
