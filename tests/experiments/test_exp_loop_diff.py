@@ -348,8 +348,25 @@ def test_a_closure_that_keeps_its_earlier_evaluations_gradients_is_caught(zero_i
     assert out.closure_kept == 0 if zero_in_closure else out.closure_kept > out.closure_reevaluations / 2
 
 
+def test_a_closure_that_resets_once_then_backpropagates_in_chunks_is_quiet():
+    setup = _lbfgs_setup(zero_in_closure=True)
+
+    def chunked(model, optimizer, batch):
+        def closure():
+            optimizer.zero_grad()
+            total = 0.0
+            for x, y in zip(batch[0].chunk(2), batch[1].chunk(2)):  # two backwards, one evaluation
+                loss = nn.functional.mse_loss(model(x), y) / 2
+                loss.backward()
+                total = total + loss.detach()
+            return total
+        return optimizer.step(closure)
+    out = run(LOOP_DIFF, session_of(lambda: setup.model_copy(update={"train_step": chunked})))
+    assert out.closure_reevaluations >= 20 and out.closure_kept == 0 and not out.closure_sums_gradients
+
+
 def test_an_optimizer_that_evaluates_its_closure_once_is_not_read():
-    def adam_closure_step(model, optimizer, batch):
+    def sgd_closure_step(model, optimizer, batch):
         def closure():
             optimizer.zero_grad()
             loss = cross_entropy(model, batch)
@@ -357,5 +374,36 @@ def test_an_optimizer_that_evaluates_its_closure_once_is_not_read():
             return loss
         return optimizer.step(closure)
 
-    out = _outcome(adam_closure_step)
+    out = _outcome(sgd_closure_step)
     assert out.closure_reevaluations == 0 and not out.closure_sums_gradients
+
+
+def test_a_shared_trunk_stepped_after_each_tasks_head_takes_no_foreign_gradient():
+    """Multi-task: each head's optimizer steps after its own task's backward, the trunk's after both; the first
+    task's gradient in the trunk is no other objective's push against it (cosine near 0, not -1)."""
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(64, 8, generator=g), torch.randint(0, 3, (64,), generator=g),
+                torch.randn(64, generator=g)) for _ in range(8)]
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"trunk": nn.Sequential(nn.Linear(8, 32), nn.ReLU()), "cls": nn.Linear(32, 3),
+                           "reg": nn.Linear(32, 1)})
+    optimizers = {name: torch.optim.SGD(model[name].parameters(), lr=0.05) for name in ("trunk", "cls", "reg")}
+
+    def losses(m, batch):
+        h = m["trunk"](batch[0])
+        return nn.functional.cross_entropy(m["cls"](h), batch[1]), nn.functional.mse_loss(m["reg"](h).squeeze(1), batch[2])
+
+    def step(m, opts, batch):
+        for o in opts.values():
+            o.zero_grad()
+        cls_loss, reg_loss = losses(m, batch)
+        cls_loss.backward(retain_graph=True)
+        opts["cls"].step()
+        reg_loss.backward()
+        opts["reg"].step()
+        opts["trunk"].step()
+        return (cls_loss + reg_loss).detach()
+    setup = lambda: triage.Setup(model=model, optimizers=optimizers, batches=batches, train_step=step,  # noqa: E731
+                                 loss_fn=lambda m, b: sum(losses(m, b)))
+    out = run(LOOP_DIFF, session_of(setup))
+    assert out.foreign_gradient_share == 0.0 and out.foreign_others is None

@@ -308,11 +308,23 @@ def test_runs_off_is_a_loss_below_zero_that_falls_without_bound(start, end, kept
     assert decide("runs_off(n, i)", figures) is runs_off
 
 
-@pytest.mark.parametrize("start, end, noise, rises", [
-    (0.0445, 0.0496, 0.029, False),  # FixMatch's validation, 0.022..0.084 from one measurement to the next: no rise
-    (0.50, 0.60, 0.015, True),  # a steady climb of 0.015 a measurement
-    (0.50, 0.60, None, True),  # under three measurements: the rise alone decides, as before
+def _second_difference_noise(values):
+    from triage.experiments.replay import _noise
+    return _noise(values)
+
+
+@pytest.mark.parametrize("values, rises", [
+    # FixMatch's validation, 0.022..0.084 from one measurement to the next, ending near where it began: no rise
+    ([0.0445, 0.0824, 0.053, 0.0842, 0.0339, 0.0256, 0.0223, 0.0496], False),
+    ([0.50, 0.515, 0.53, 0.545, 0.56, 0.575, 0.59, 0.60], True),  # a steady climb
+    ([1.0, 0.95, 0.90, 0.85, 0.80, 0.85, 0.90, 0.975, 1.05], True),  # a U: down to its best, then 31% above it
 ])
-def test_val_rises_needs_a_rise_beyond_the_validation_figures_own_noise(start, end, noise, rises):
-    figures = {("v", "val_ratio"): 2.0, ("v", "val_start"): start, ("v", "val_end"): end, ("v", "val_noise"): noise}
+def test_val_rises_needs_a_rise_beyond_the_validation_figures_own_noise(values, rises):
+    figures = {("v", "val_ratio"): values[-1] / min(values), ("v", "val_start"): values[0],
+               ("v", "val_end"): values[-1], ("v", "val_noise"): _second_difference_noise(values)}
     assert decide("val_rises(v)", figures) is rises
+
+
+def test_under_four_validation_figures_the_rise_alone_decides():
+    figures = {("v", "val_ratio"): 1.3, ("v", "val_start"): 0.5, ("v", "val_end"): 0.6, ("v", "val_noise"): None}
+    assert decide("val_rises(v)", figures) is True

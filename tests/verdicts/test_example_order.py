@@ -17,8 +17,8 @@ def survival_batches(sort: bool, n_batches=40, size=64):
     batches = []
     for _ in range(n_batches):
         x = torch.randn(size, 6, generator=g)
-        durations = torch.distributions.Exponential(torch.exp(x @ w * 0.5)).sample()
-        events = (torch.rand(size, generator=g) < 0.85).float()
+        durations = torch.exp(-(x @ w) * 0.5) * (1 + 0.1 * torch.rand(size, generator=g))  # the risk decides
+        events = (durations < durations.quantile(0.85)).float()  # the longest followed up to the study's end
         if sort:
             order = durations.argsort(descending=True)
             x, durations, events = x[order], durations[order], events[order]
@@ -44,13 +44,14 @@ def cox_setup(loss: str, sort: bool = False) -> triage.Setup:
             order = durations.argsort(descending=True)
             log_h, events = log_h[order], events[order]
         return cox_loss_sorted(log_h, events)
-    return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-3), loss_fn=loss_fn,
+    return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=3e-3), loss_fn=loss_fn,
                         batches=survival_batches(sort))
 
 
 def test_a_loss_written_for_sorted_batches_changes_with_the_order_of_shuffled_ones():
     shuffled = run(EXAMPLE_ORDER, session_of(lambda: cox_setup("sorted")))
-    assert shuffled.compared == 2 and shuffled.loss_gap > 0.05 and shuffled.outputs_follow
+    assert shuffled.compared == 2 and shuffled.loss_gap > 0.01 and shuffled.outputs_follow  # at init: small outputs
+    assert shuffled.draw_gap == 0.0  # the loss draws nothing at random
     sorting = run(EXAMPLE_ORDER, session_of(lambda: cox_setup("sorting")))
     assert sorting.loss_gap < 1e-4 and sorting.outputs_follow  # a function of the set of examples
     sorted_batches = run(EXAMPLE_ORDER, session_of(lambda: cox_setup("sorted", sort=True)))
@@ -76,11 +77,36 @@ def test_mixup_pairing_examples_by_their_place_before_the_model_is_not_read():
 
 
 def test_a_sorted_cox_loss_on_shuffled_batches_is_the_wrong_loss(tmp_path):
-    """Was: unexplained (low) on the first round's Cox survival program."""
+    # Here the standard loss's replay trains where the run's does not, which decides it first (the first round's
+    # Cox program, whose standard loss does not, reaches wrong_loss_order once no fix explained its plateau).
     report, _ = triage.run(lambda: cox_setup("sorted"), None, out=tmp_path / "shuffled")
-    assert (report.root_cause, report.confidence, report.path[-1]) == ("wrong_loss", "medium", "wrong_loss_order")
+    assert report.root_cause == "wrong_loss", report.path
     healthy, _ = triage.run(lambda: cox_setup("sorting"), None, out=tmp_path / "sorting")
-    assert healthy.root_cause != "wrong_loss" and "example_order" in healthy.path
+    assert healthy.root_cause == "healthy", healthy.path
+
+
+def test_a_loss_that_draws_its_negatives_at_random_is_read_against_its_own_draws():
+    """A triplet loss with in-batch negatives drawn by randperm changes with the batch's order as it does from one
+    draw to the next: that is no order the loss depends on."""
+    def setup():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 8))
+        g = torch.Generator().manual_seed(1)
+        batches = [(torch.randn(32, 6, generator=g), torch.randn(32, 6, generator=g)) for _ in range(4)]
+
+        def triplet(model, batch):
+            anchor, positive = model(batch[0]), model(batch[1])
+            negative = positive[torch.randperm(len(positive))]  # the global RNG: another draw each call
+            return nn.functional.triplet_margin_loss(anchor, positive, negative)
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=triplet,
+                            batches=batches)
+    from triage.walk.playbook.conditions import parse_condition
+
+    out = run(EXAMPLE_ORDER, session_of(setup))
+    assert out.loss_gap > 0.01 and out.draw_gap > 0.01  # reversed, and redrawn: both change it
+    assert parse_condition("order_matters(o)").value(lambda node, field: getattr(out, field)) is False
+    cox = run(EXAMPLE_ORDER, session_of(lambda: cox_setup("sorted")))
+    assert parse_condition("order_matters(o)").value(lambda node, field: getattr(cox, field)) is True
 
 
 def test_a_loss_that_is_not_finite_at_the_checkpoint_is_not_compared():
@@ -91,3 +117,4 @@ def test_a_loss_that_is_not_finite_at_the_checkpoint_is_not_compared():
         return s
     out = run(EXAMPLE_ORDER, session_of(setup))
     assert out.loss_gap is None and "not finite" in out.not_compared
+    assert out.model_dump()["draw_gap"] is None

@@ -35,27 +35,24 @@ class ExampleOrderParams(Params):
 
 def measure(ctx: Context, p: ExampleOrderParams) -> ExampleOrderOutcome:
     session = ctx.session
-    gaps, follow, reason = [], [], None
+    compared: list[tuple[float, float, bool]] = []
+    reason = None
     for batch in session.batches[:p.batches]:
         reason = _unreadable(batch)
         if reason is None:
             try:
-                compared = _compared(session.setup, batch, session.device)
-            except _NotFinite:
-                compared, reason = None, "the loss is not finite on the batch"
+                reason, figures = _compared(session.setup, batch, session.device)
             except Exception as exc:  # noqa: BLE001 - a loss or forward that refuses another order (packing)
-                compared, reason = None, f"reversed, the batch raised {type(exc).__name__}"
+                reason, figures = f"the loss raised {type(exc).__name__} on it, in its order or reversed", None
             ctx.restart()
-            if compared is None:
-                reason = reason or "the loss_fn handed the model other inputs than the batch's, reversed"
-            else:
-                gaps.append(compared[0])
-                follow.append(compared[1])
+            if figures is not None:
+                compared.append(figures)
         if reason is not None:
             break
-    if reason is not None or not gaps:
+    if reason is not None or not compared:
         return ExampleOrderOutcome(not_compared=reason or "no batch")
-    return ExampleOrderOutcome(compared=len(gaps), loss_gap=max(gaps), outputs_follow=all(follow))
+    return ExampleOrderOutcome(compared=len(compared), loss_gap=max(c[0] for c in compared),
+                               draw_gap=max(c[1] for c in compared), outputs_follow=all(c[2] for c in compared))
 
 
 def _unreadable(batch: Any) -> Optional[str]:
@@ -77,30 +74,33 @@ def _unreadable(batch: Any) -> Optional[str]:
 
 
 @torch.no_grad()
-def _compared(setup: Any, batch: Any, device: torch.device) -> Optional[tuple[float, bool]]:
-    """(|loss reversed - loss| / |loss|, whether the model's output rows followed their examples); None where
-    the model was handed other inputs than the batch's own, reversed."""
+def _compared(setup: Any, batch: Any, device: torch.device) -> tuple[Optional[str], Optional[tuple[float, float, bool]]]:
+    """(why not compared, None) or (None, (|loss reversed - loss| / |loss|, |loss under another seed - loss| /
+    |loss|, whether the model's output rows followed their examples))."""
     rows, _ = example_rows(batch)
     n = rows[0][1].shape[0]
     order = torch.arange(n - 1, -1, -1)
     per_example = {id(t) for _, t in rows}
     reversed_batch = map_tensors(batch, lambda t: t[order.to(t.device)] if id(t) in per_example else t)
-    loss, inputs, outputs = _scored(setup, batch, device)
-    loss_r, inputs_r, outputs_r = _scored(setup, reversed_batch, device)
+    loss, inputs, outputs = _scored(setup, batch, device, seed=0)
+    redrawn, _, _ = _scored(setup, batch, device, seed=1)
+    loss_r, inputs_r, outputs_r = _scored(setup, reversed_batch, device, seed=0)
+    if not inputs:
+        return "the loss_fn never called the model's forward", None
     if not _rows_reversed(inputs, inputs_r, n):
-        return None
-    if not (math.isfinite(loss) and math.isfinite(loss_r)):
-        raise _NotFinite
-    gap = abs(loss_r - loss) / abs(loss) if loss != 0 else (0.0 if loss_r == 0 else math.inf)
-    return gap, _rows_reversed(outputs, outputs_r, n)
+        return "the loss_fn handed the model other inputs than the batch's own, reversed", None
+    if not all(math.isfinite(x) for x in (loss, redrawn, loss_r)) or abs(loss) < MIN_LOSS:
+        return "the loss is not finite, or about 0, on the batch", None
+    return None, (abs(loss_r - loss) / abs(loss), abs(redrawn - loss) / abs(loss), _rows_reversed(outputs, outputs_r, n))
 
 
-class _NotFinite(Exception):
-    """The loss is not finite on the batch, in one order or the other: nothing to compare."""
+MIN_LOSS = 1e-6  # a loss about 0 has no relative change to read
 
 
-def _scored(setup: Any, batch: Any, device: torch.device) -> tuple[float, list[torch.Tensor], list[torch.Tensor]]:
-    """The loss as validation scores it (eval mode), with the tensors the model's first forward took and gave."""
+def _scored(setup: Any, batch: Any, device: torch.device,
+            seed: int) -> tuple[float, list[torch.Tensor], list[torch.Tensor]]:
+    """The loss as validation scores it (eval mode) under `seed` (the RNG put back after), with the tensors the
+    model's first forward took and gave."""
     seen: dict[str, list[torch.Tensor]] = {}
 
     def hook(module, args, kwargs, output):
@@ -111,6 +111,7 @@ def _scored(setup: Any, batch: Any, device: torch.device) -> tuple[float, list[t
     handle = setup.model.register_forward_hook(hook, with_kwargs=True)
     try:
         with untouched_buffers_and_rng(setup.model), autocast(setup.precision, device):
+            torch.manual_seed(seed)
             loss = loss_value(scored_loss(setup, batch))
     finally:
         handle.remove()

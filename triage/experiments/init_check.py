@@ -95,7 +95,7 @@ def _activation_std_growth(setup: Setup, batch: Any, device: torch.device) -> Op
     stds: list[float] = []
 
     def spread(module, inputs, out) -> None:
-        if out.numel() > 1:  # a layer run on one value (a PINN's boundary point) has no spread
+        if out.dim() >= 1 and out.shape[0] > 1:  # a layer run on one example (a PINN's boundary point) has none
             stds.append(float(out.detach().float().std()))
 
     hooks = [m.register_forward_hook(spread) for _, m in linear_layers(setup.model)]

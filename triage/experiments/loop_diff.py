@@ -244,11 +244,27 @@ class _UserStepWatch:
         self._window = None
         return norm / fresh if fresh > 0 and math.isfinite(norm) else None
 
-    def _on_step(self, optimizer, args, kwargs) -> None:
+    def _on_step(self, optimizer, args, kwargs) -> Optional[tuple]:
         if not self._active:
-            return
-        self.optimizer_steps += 1
+            return None
+        self._count_step(optimizer)
         self._in_step, self._evaluations = True, 0
+        # A closure (LBFGS's) is counted as it is called: each call one evaluation (args[0] is the optimizer).
+        if len(args) > 1 and callable(args[1]):
+            return (args[0], self._counted_closure(args[1]), *args[2:]), kwargs
+        if callable(kwargs.get("closure")):
+            return args, {**kwargs, "closure": self._counted_closure(kwargs["closure"])}
+        return None
+
+    def _counted_closure(self, closure):
+        def evaluation(*a, **k):
+            self._evaluations += 1
+            self._checked = False
+            return closure(*a, **k)
+        return evaluation
+
+    def _count_step(self, optimizer) -> None:
+        self.optimizer_steps += 1
         if id(optimizer) in self._names:
             self._stepped_on_backward.add(self._names[id(optimizer)])
         if self.stepped_this_call:  # the second optimizer of a set in the same call: its window is gone
@@ -277,9 +293,6 @@ class _UserStepWatch:
         if self._active:
             self.forwards += 1
             self.eval_forwards += not module.training
-            if self._in_step:
-                self._evaluations += 1
-                self._checked = False
 
     def _on_grad(self, q: torch.Tensor, grad: torch.Tensor) -> None:
         if self._active:
@@ -322,6 +335,9 @@ class _StaleGradients:
     MIN_COMPARED = 4  # steps of one optimizer compared before a share is read
     EXACT = 1e-3  # the step's gradient within 0.1% of the previous one plus the new ones: float sums agree
     CARRIED = 1e-2  # ... and the previous one at least 1% of it (a vanishing one is kept or dropped alike)
+    # Another objective's gradient that pushes against the optimizer's own (a critic's against its generator's:
+    # cosine about -1); tasks sharing a trunk, each stepping its head, send gradients at about 0 to each other.
+    AGAINST = -0.5
 
     def __init__(self, optimizers: dict[str, torch.optim.Optimizer]) -> None:
         self.params = {name: [q for q in _params_of(o) if q.requires_grad] for name, o in optimizers.items()} \
@@ -333,6 +349,7 @@ class _StaleGradients:
         self.last: dict[str, list[torch.Tensor]] = {}  # each optimizer's gradient at its last step
         self.kept = {name: 0 for name in self.params}
         self.foreign = {name: 0 for name in self.params}
+        self.foreign_from: dict[str, set[str]] = {}  # the optimizers whose phases' gradients each one took
         self.compared = {name: 0 for name in self.params}
         self._active = False
 
@@ -412,16 +429,27 @@ class _StaleGradients:
                       and name not in self.steppers[phase]]
             foreign = [sum((g for phase, g in kept if phase in others), torch.zeros_like(n))
                        for kept, n in zip(added, now)]
-            return _norm(foreign) >= self.CARRIED * size
+            own = [n - f for n, f in zip(now, foreign)]
+            against = _cosine(foreign, own)
+            if _norm(foreign) < self.CARRIED * size or (against is not None and against > self.AGAINST):
+                return False
+            self.foreign_from.setdefault(name, set()).update(o for phase in others for o in self.steppers[phase])
+            return True
         return False
 
 
 def _others_of(stale: _StaleGradients, name: Optional[str]) -> Optional[str]:
-    """The optimizers that stepped on backwards `name` did not step on: the other objectives' ('D', 'E')."""
-    if name is None:
-        return None
-    others = sorted({o for steppers in stale.steppers.values() if name not in steppers for o in steppers})
+    """The optimizers whose backwards' gradients `name` stepped on ('D', 'E'); None where it took none."""
+    others = sorted(stale.foreign_from.get(name, ())) if name is not None else []
     return ", ".join(f"'{o}'" for o in others) or None
+
+
+def _cosine(a: list[torch.Tensor], b: list[torch.Tensor]) -> Optional[float]:
+    """The cosine between two gradients given per parameter (None where either is zero)."""
+    na, nb = _norm(a), _norm(b)
+    if na == 0 or nb == 0:
+        return None
+    return float(sum(float((x * y).sum()) for x, y in zip(a, b))) / (na * nb)
 
 
 def _params_of(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

@@ -621,9 +621,18 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         val_ratio=t.val_losses[-1] / min(t.val_losses) if t.val_losses and min(t.val_losses) > 0 else None,
         val_start=t.val_losses[0] if t.val_losses else None,
         val_end=t.val_losses[-1] if t.val_losses else None,
-        val_noise=float(np.median(np.abs(np.diff(t.val_losses)))) if len(t.val_losses) >= 3 else None,
+        val_noise=_noise(t.val_losses),
         val_final=t.val_final if t.val_final is not None and math.isfinite(t.val_final) else None,
     )
+
+
+def _noise(values: list[float]) -> Optional[float]:
+    """The step-to-step noise of a series, blind to its trend and to a turn in it: the median absolute second
+    difference over 1.65 (for white noise of standard deviation s it is about 1.65 s; a straight line or a
+    smooth U scores about 0). None under four values."""
+    if len(values) < 4 or not all(math.isfinite(v) for v in values):
+        return None
+    return float(np.median(np.abs(np.diff(values, n=2)))) / 1.65
 
 
 def _scored_as_trained(p: ReplayParams, loss_fn) -> bool:

@@ -43,6 +43,7 @@ COLLAPSED_SPREAD = 0.25
 # A batch's examples reversed change the loss by more than this share of it: no float summation order does
 # (~1e-6); a loss or forward that works across examples by their place in the batch does.
 ORDER_GAP = 0.01
+ORDER_OVER_DRAWS = 10  # ... and ten times its change between two random draws (random negatives, dropout)
 # Scores handed a loss on raw scores, all in [0, 1]: spread over at least this much of it, they are probabilities.
 SQUASHED_SPREAD = 0.5
 # Where the training rows repeat one another (the chance that a row drawn from the same data repeats one already
@@ -104,9 +105,10 @@ VAL_ABOVE_BEST = 1.1
 # ... and clearly above where it started: a validation loss that dipped and came back to its start (0.1782 ->
 # 0.1783 for a healthy metric-learning run while its training loss fell 43%) has not risen.
 VAL_ABOVE_START = 1.02
-# ... and the rise from its start more than twice the median change between successive validation figures: a
-# figure that jumps by 50% from one measurement to the next and ends 10% up has not risen.
-VAL_RISE_NOISE = 2.0
+# ... and its end above its best by more than three times its own noise (the replay's val_noise, read from second
+# differences: blind to a steady climb or a U): a figure that jumps by 50% from one measurement to the next and
+# ends 10% up has not risen.
+VAL_RISE_NOISE = 3.0
 # A stall is confirmed where even the replay's steepest plausible trend, its fitted log-loss slope less two
 # standard errors of it, falls less than the stall threshold over its steps: its noise cannot hide a run
 # learning at that pace. (A noisy tabular run down 3% over 40 steps, each step 0.29 to 0.51, may be falling
@@ -285,17 +287,21 @@ NAMED: dict[str, NamedRule] = {
         "the run's own step leaves over 90% of the trainable weights unchanged where the reference loop moves them"),
     "clips_always": NamedRule(
         ("replay",), f"$replay.clipped_fraction > {CLIPS_ALWAYS}", "the replay clipped over 90% of its steps"),
+    "order_matters": NamedRule(
+        ("example_order",), f"$example_order.loss_gap != none and $example_order.loss_gap > {ORDER_GAP} and "
+                            f"$example_order.loss_gap > {ORDER_OVER_DRAWS} * $example_order.draw_gap",
+        "the loss changed by over 1% when the batch's examples came in reverse order, ten times what it changes "
+        "from one random draw to another in their own order (the batch not sorted by any of its tensors, the "
+        "model handed the same examples reversed)"),
+    "collapsed": NamedRule(
+        ("outputs", "labels"), f"$labels.paired_views != none and $outputs.least_spread != none and "
+                               f"$outputs.least_spread < {COLLAPSED_SPREAD}",
+        "the model is handed two views of each example, and one of its outputs is nearly the same vector for "
+        "every input: scaled to unit length, it spreads over the examples under a quarter of what outputs spread "
+        "over every direction do"),
     # Everything the run's loss handed a loss on raw scores lay in [0, 1], spread over half of it: probabilities
     # squashed again by that loss's own sigmoid or softmax (raw scores that small and that spread, never once
     # negative, are not seen; an untrained model's near-constant scores are not read).
-    "order_matters": NamedRule(
-        ("example_order",), f"$example_order.loss_gap != none and $example_order.loss_gap > {ORDER_GAP}",
-        "the loss changed by over 1% when the batch's examples came in reverse order (the batch not sorted by any "
-        "of its tensors, the model handed the same examples reversed)"),
-    "collapsed": NamedRule(
-        ("outputs",), f"$outputs.least_spread != none and $outputs.least_spread < {COLLAPSED_SPREAD}",
-        "one of the model's outputs is nearly the same vector for every input: scaled to unit length, it spreads "
-        "over the examples under a quarter of what outputs spread over every direction do"),
     "squashed_twice": NamedRule(
         ("outputs",), f"$outputs.scores_squashed and $outputs.scores_max - $outputs.scores_min >= {SQUASHED_SPREAD}",
         "every value the run's loss handed binary_cross_entropy_with_logits or cross_entropy lay in [0, 1], "
@@ -396,10 +402,10 @@ NAMED: dict[str, NamedRule] = {
         "nothing: the model learns what it is given"),
     "val_rises": NamedRule(
         ("replay",), f"$replay.val_ratio > {VAL_ABOVE_BEST} and $replay.val_end > {VAL_ABOVE_START} * $replay.val_start "
-                     f"and ($replay.val_noise == none or $replay.val_end - $replay.val_start > "
+                     f"and ($replay.val_noise == none or $replay.val_end - $replay.val_end / $replay.val_ratio > "
                      f"{VAL_RISE_NOISE} * $replay.val_noise)",
-        "the replay's validation loss ended 10% above its best and 2% above where it started, by more than twice its "
-        "own step-to-step noise"),
+        "the replay's validation loss ended 10% above its best and 2% above where it started, and above its best by "
+        "more than three times its own noise"),
     "keeps_gradients": NamedRule(
         ("loop",), f"$loop.stale_gradient_share >= {STALE_STEPS}",
         "one optimizer of several was given its previous step's gradient again (plus the new ones) on half "

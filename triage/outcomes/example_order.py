@@ -22,6 +22,11 @@ class ExampleOrderOutcome(Outcome):
         default=None, description="The largest |loss reversed - loss as given| / |loss as given| over the batches "
                                   "compared: about 1e-6 (float summation order) for a loss over a set of examples.",
         json_schema_extra={"words": "loss change with the order", "unit": "%"})
+    draw_gap: Optional[float] = Field(
+        default=None, description="The largest |loss - loss| / |loss| between two scorings of a batch in its own "
+                                  "order under two random seeds (random negatives or masks drawn inside the loss): "
+                                  "0 for a loss that draws nothing.",
+        json_schema_extra={"words": "loss change between random draws", "unit": "%"})
     outputs_follow: Optional[bool] = Field(
         default=None, description="Reversing the examples reversed the model's output row for row (each example's "
                                   "output its own): False where the forward pairs parts of different examples by "

@@ -153,8 +153,9 @@ class ReplayOutcome(VerifiedFix):
     val_start: Optional[float] = Field(default=None, json_schema_extra={"words": "validation start"})
     val_end: Optional[float] = Field(default=None, json_schema_extra={"words": "validation end"})
     val_noise: Optional[float] = Field(
-        default=None, description="The validation loss's own step-to-step noise over the replay: the median "
-                                  "absolute change between successive measurements (None: under three).",
+        default=None, description="The validation loss's own noise over the replay, blind to its trend: the median "
+                                  "absolute second difference of successive measurements over 1.65 (about the "
+                                  "standard deviation of white noise; None: under four measurements).",
         json_schema_extra={"words": "validation noise"})
     val_final: Optional[float] = Field(
         default=None, description="Validation loss at the replay's end, on the first VAL_BATCHES validation batches "
