@@ -417,8 +417,8 @@ class _StaleGradients:
 
     def _given_foreign(self, name: str, now: list[torch.Tensor], added: list[list[tuple[int, torch.Tensor]]],
                        size: float) -> bool:
-        """`now` is exactly the gradients of this optimizer's last few phases, one of them stepped on by other
-        optimizers only, whose gradient is at least 1% of it."""
+        """`now` is exactly the gradients of this optimizer's last few phases, some of them stepped on by other
+        optimizers only, whose gradient is at least 1% of `now` and points against the rest (cosine under -0.5)."""
         phases = sorted({phase for kept in added for phase, _ in kept})
         for first in phases:  # the phases from `first` on: the gradient left since a reset before `first`
             suffix = [sum((g for phase, g in kept if phase >= first), torch.zeros_like(n)) for kept, n in zip(added, now)]
