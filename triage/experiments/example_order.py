@@ -105,7 +105,7 @@ def _scored(setup: Any, batch: Any, device: torch.device,
 
     def hook(module, args, kwargs, output):
         if "inputs" not in seen:
-            seen["inputs"] = [t.detach().float() for t in _tensors((args, kwargs))]
+            seen["inputs"] = [t.detach().float() for _, t in named_tensors((args, kwargs))]
             seen["outputs"] = [t.detach().float() for t in floating_tensors(output, min_dim=1)]
 
     handle = setup.model.register_forward_hook(hook, with_kwargs=True)
@@ -116,10 +116,6 @@ def _scored(setup: Any, batch: Any, device: torch.device,
     finally:
         handle.remove()
     return loss, seen.get("inputs", []), seen.get("outputs", [])
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    return [t for _, t in named_tensors(value)]
 
 
 def _rows_reversed(before: list[torch.Tensor], after: list[torch.Tensor], n: int) -> bool:

@@ -43,7 +43,7 @@ COLLAPSED_SPREAD = 0.25
 # A batch's examples reversed change the loss by more than this share of it: no float summation order does
 # (~1e-6); a loss or forward that works across examples by their place in the batch does.
 ORDER_GAP = 0.01
-ORDER_OVER_DRAWS = 10  # ... and ten times its change between two random draws (random negatives, dropout)
+ORDER_OVER_DRAWS = 10  # ... and ten times its change between two random draws (negatives drawn in the loss)
 # Scores handed a loss on raw scores, all in [0, 1]: spread over at least this much of it, they are probabilities.
 SQUASHED_SPREAD = 0.5
 # Where the training rows repeat one another (the chance that a row drawn from the same data repeats one already
@@ -413,7 +413,8 @@ NAMED: dict[str, NamedRule] = {
     "takes_foreign_gradients": NamedRule(
         ("loop",), f"$loop.foreign_gradient_share >= {STALE_STEPS}",
         "one optimizer of several was given, besides its own loss's gradient, the gradient of a backward only the "
-        "others stepped on, on half its steps or more: its gradients were reset before that backward, not after"),
+        "others stepped on, pointing against its own, on half its steps or more: its gradients were reset before "
+        "that backward, not after"),
     # A loss of a kind with neither level (a policy surrogate, a GAN's pair, a contrastive or ranking loss, a
     # likelihood): a flat stretch of it is no symptom by itself; it is read by its counterfactuals alone.
     "levelless": NamedRule(
