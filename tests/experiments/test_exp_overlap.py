@@ -293,3 +293,66 @@ def test_rows_that_repeat_within_training_as_often_as_across_the_split_are_the_d
     copied = _outcome(train, [train[1]])
     assert copied.train_repeat_fraction == 0.0 and copied.duplicate_fraction == 1.0
     assert _judged("repeats_like_training(overlap)", copied) is False
+
+
+# --- near copies: nearer a training example than training examples are to one another ---------------------
+
+def _noisy_copies(batches, noise: float = 0.3):
+    """Each image a training one plus Gaussian noise of `noise` times a feature's spread (an augmented copy)."""
+    g = torch.Generator().manual_seed(3)
+    return [(x + noise * torch.randn(x.shape, generator=g), y) for x, y in batches]
+
+
+def test_a_random_split_puts_one_validation_example_in_twenty_near_a_training_one_and_that_is_no_leak():
+    out = _outcome(digits(8), digits(4, offset=8 * 64))
+    assert 0.02 < out.near_fraction < 0.08 and 0.8 < out.near_distance_ratio < 1.2
+    assert _judged("near_copies_validation(overlap)", out) is False
+
+
+def test_training_images_plus_noise_in_validation_are_near_copies_not_duplicates():
+    train = digits(8)
+    out = _outcome(train, _noisy_copies(train[:4]))
+    assert out.duplicates == 0 and out.near_fraction > 0.3 and out.near_distance_ratio < 0.8
+    assert _judged("near_copies_validation(overlap)", out) is True
+    exact = _outcome(train, [train[1]])  # exact copies are the duplicates' count, never near copies
+    assert exact.duplicates == 64 and exact.near_copies == 0
+
+
+def test_near_copies_are_not_measured_where_the_rows_change_width_from_batch_to_batch():
+    train = [(torch.randn(16, 8 + i), torch.zeros(16, dtype=torch.long)) for i in range(4)]
+    out = _outcome(train, [(torch.randn(16, 8), torch.zeros(16, dtype=torch.long))])
+    assert out.near_fraction is None and out.near_copies == 0
+
+
+def _half_near_copies_run(tmp_path, leak: bool):
+    """Digits trained 400 steps; validation half new images, half noisy copies of training ones (leak) or all
+    new (a fair split)."""
+    import triage
+
+    train, fresh = digits(8), digits(4, offset=8 * 64)
+    copies = _noisy_copies(train[:4])
+    val = [(torch.cat([c[0][:32], f[0][:32]]), torch.cat([c[1][:32], f[1][:32]])) for c, f in zip(copies, fresh)] \
+        if leak else fresh
+    factory = lambda: classifier_setup(batches=train, val_batches=val, lr=0.1)  # noqa: E731
+    torch.manual_seed(0)
+    setup, losses = factory(), []
+    for step in range(400):
+        setup.optimizer.zero_grad()
+        loss = setup.loss_fn(setup.model, train[step % 8])
+        loss.backward()
+        setup.optimizer.step()
+        losses.append(loss.item())
+    triage.save_checkpoint(tmp_path / "run.pt", setup.model, setup.optimizer, step=400, history=losses)
+    report, _ = triage.run(factory, tmp_path / "run.pt", out=tmp_path / "report")
+    return report
+
+
+def test_a_validation_set_of_noisy_training_copies_gets_the_overlap_verdict_and_a_fair_split_does_not(tmp_path):
+    report = _half_near_copies_run(tmp_path / "leak", leak=True)
+    assert (report.root_cause, report.confidence, report.path[-1]) == \
+        ("train_val_overlap", "medium", "train_val_overlap_near")
+    overlap = next(e for e in report.experiments if e.node == "overlap").outcome
+    assert overlap["near_loss"] < 0.8 * overlap["far_loss"] and "Split the data before" in report.fix
+    fair = _half_near_copies_run(tmp_path / "fair", leak=False)
+    assert fair.root_cause != "train_val_overlap"
+    assert "train_val_overlap_near" not in [f.id for f in fair.findings]

@@ -3,10 +3,12 @@
 whether they score better at the checkpoint than the validation examples that are not (the overlap flatters
 the validation figure only where they do). And how often the training examples repeat one another: where the
 data repeats itself (a user buying the same item again, windows drawn at random cut points), a validation
-example drawn apart from training repeats a training one as often, and that is no leak."""
+example drawn apart from training repeats a training one as often, and that is no leak. Then the near copies
+(experiments/near_copies.py), scored apart from the rest the same way."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Optional
 
@@ -15,8 +17,11 @@ import torch
 from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.fingerprint import (example_digests, examples_unreadable, examples_where, sequence_rows,
                                             window_digests)
+from triage.experiments.near_copies import near_copies
 from triage.experiments.training import autocast, loss_value, scored_loss
 from triage.outcomes.overlap import OverlapOutcome
+
+log = logging.getLogger(__name__)
 
 
 class OverlapParams(Params):
@@ -38,24 +43,35 @@ def measure(ctx: Context, p: OverlapParams) -> OverlapOutcome:
     flags = torch.cat(copied) if copied else torch.zeros(0, dtype=torch.bool)
     val_examples, duplicates = len(flags), int(flags.sum())
     shifted, compared = _shifted_copies(session.batches, session.val_batches)
-    losses = (None, None)
+    losses = near_losses = (None, None)
     if 0 < duplicates < val_examples:
         losses = _scored_apart(ctx, copied)
         ctx.restart()  # eval-mode forwards move nothing a stock model holds; a loss_fn with state of its own may
+    try:
+        near = near_copies(session.batches, session.val_batches, copied)
+    except (RuntimeError, TypeError, ValueError) as exc:  # rows torch cannot read as floats (sparse, nested)
+        log.info("near copies not measured: %s", exc)
+        near = None
+    if near is not None and 0 < near.near:
+        near_losses = _scored_apart(ctx, near.flags)
+        ctx.restart()
     return OverlapOutcome(
         has_val=True, train_examples=len(train_hashes), val_examples=val_examples, duplicates=duplicates,
         train_repeat_fraction=sum(counts[d] > 1 for d in train_hashes) / len(train_hashes) if train_hashes else None,
         duplicate_fraction=duplicates / val_examples if val_examples else 0.0,
         first_duplicates=flags.nonzero().flatten()[:20].tolist(), duplicate_loss=losses[0], other_loss=losses[1],
         shifted_copies=shifted, shifted_fraction=shifted / compared if compared else None,
+        near_copies=near.near if near else 0, near_fraction=near.near / near.compared if near and near.compared else None,
+        near_distance_ratio=near.distance_ratio if near else None, near_loss=near_losses[0], far_loss=near_losses[1],
     )
 
 
 @torch.no_grad()
 def _scored_apart(ctx: Context, copied: list[torch.Tensor]) -> tuple[Optional[float], Optional[float]]:
-    """The run's loss at the checkpoint on the validation examples that are training examples, and on the
-    rest, each averaged over examples (the batches cut to each group; eval mode, as validation runs). None
-    where a batch's examples cannot be selected apart, or the loss cannot take part of a batch."""
+    """The run's loss at the checkpoint on the validation examples `copied` flags (per batch, a bool per
+    example), and on the rest, each averaged over examples (the batches cut to each group; eval mode, as
+    validation runs). None where a batch's examples cannot be selected apart, or the loss cannot take part
+    of a batch."""
     try:
         return _group_means(ctx.session, copied)
     except Exception:  # noqa: BLE001 - a loss_fn written for one batch size, say: not scored apart

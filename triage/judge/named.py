@@ -56,6 +56,13 @@ REPEATS_MARGIN = 1.5
 # shares a handful at its boundary; a series cut into windows and shuffled before the split shares nearly
 # all (every validation window has a training neighbour): over half.
 SHIFTED_SHARE = 0.5
+# Validation examples near a training one (overlap_check's near copies): a random split puts 5% of them under
+# the training examples' own 5th percentile of nearest distances (digits: 4.7%); four times that, and at least
+# NEAR_COUNT of them (at 20 examples compared, a random split reaches 10 near once in ~10^8), is a split drawn
+# after the data was copied (digits with each validation image a training one plus noise of 0.3 of a feature's
+# spread: 44%).
+NEAR_SHARE = 0.2
+NEAR_COUNT = 10
 DECAYED_LR = 0.01  # the schedule's LR now under 1% of its peak, past the peak: decayed to ~0
 # The earliest layers' gradient norm under 1% of the latest's (gradient_flow): two orders of magnitude
 # lost on the way down, where a healthy deep net stays within one.
@@ -256,6 +263,13 @@ NAMED: dict[str, NamedRule] = {
         ("overlap",), f"$overlap.shifted_fraction > {SHIFTED_SHARE}",
         "over half the validation sequences are training sequences moved by 1 to 16 steps (windows of one "
         "series, split after they were cut)"),
+    "near_copies_validation": NamedRule(
+        ("overlap",), f"$overlap.near_fraction > {NEAR_SHARE} and $overlap.near_copies >= {NEAR_COUNT}",
+        "over a fifth of the validation examples (exact copies left out), and at least ten, lie nearer a training "
+        "example than 95% of training examples lie to their nearest other one (a random split puts 5% there)"),
+    "near_copies_flatter": NamedRule(
+        ("overlap",), f"$overlap.near_loss < {DEFAULT_MARGIN} * $overlap.far_loss",
+        "the near validation examples score clearly better (under 0.8x the loss) at the checkpoint than the rest"),
     "schedule_decayed": NamedRule(
         ("schedule",),
         f"$schedule.has_scheduler and $schedule.past_peak and $schedule.lr_now_ratio < {DECAYED_LR}",

@@ -10,6 +10,9 @@ from pydantic import Field
 from triage.outcomes.base import Outcome
 
 MAX_SHIFT = 16  # shifted windows: a sequence compared with others moved by 1 to MAX_SHIFT steps
+# Near copies: a val example nearer a training one than this quantile of the training examples' distances to
+# their nearest other one (a random split puts this share of val examples there).
+NEAR_QUANTILE = 0.05
 
 
 class OverlapOutcome(Outcome):
@@ -48,3 +51,24 @@ class OverlapOutcome(Outcome):
     shifted_fraction: Optional[float] = Field(
         default=None, description="shifted_copies / val_examples; None where the inputs are not sequences.",
         json_schema_extra={"words": "shifted-window share", "unit": "%"})
+    near_copies: int = Field(
+        default=0, description="Val examples, exact copies left out, nearer their nearest training example than "
+                               f"{NEAR_QUANTILE:.0%} of training examples are to their nearest other one (every "
+                               "tensor of the example, columns standardised): a random split puts "
+                               f"{NEAR_QUANTILE:.0%} of them there.",
+        json_schema_extra={"words": "validation examples near a training one"})
+    near_fraction: Optional[float] = Field(
+        default=None, description="near_copies over the val examples compared (exact copies left out); None where "
+                                  "the examples' rows could not be compared.",
+        json_schema_extra={"words": "near-copy share", "unit": "%"})
+    near_distance_ratio: Optional[float] = Field(
+        default=None, description="The val examples' median distance to their nearest training example over the "
+                                  "training examples' to their nearest other one (about 1 for a random split).",
+        json_schema_extra={"words": "distance to training, validation over training"})
+    near_loss: Optional[float] = Field(
+        default=None, description="The run's loss at the checkpoint on the near val examples, averaged over them "
+                                  "(eval mode); None where there are none or they cannot be selected apart.",
+        json_schema_extra={"words": "loss on the near validation examples"})
+    far_loss: Optional[float] = Field(
+        default=None, description="The same on the other val examples.",
+        json_schema_extra={"words": "loss on the other validation examples"})

@@ -1,0 +1,115 @@
+"""Near copies: validation examples much nearer a training example than training examples are to one another
+(augmented copies of one image split apart, a row re-measured with noise). Each example is read whole, every
+tensor of its row (fingerprint.example_rows), each column standardised over the training examples; the
+distance of each validation example to its nearest training example is set against each training example's
+distance to its nearest other one. Where the split was drawn at random from one pool, a validation example
+falls under the training examples' NEAR_QUANTILE (outcomes/overlap.py) of those distances as often as a training one does (5%);
+copies fall under it far more often. Exact copies (distance 0) are the duplicates' count, not this one's."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import torch
+
+from triage.experiments.fingerprint import example_rows
+from triage.outcomes.overlap import NEAR_QUANTILE
+
+# The examples compared at most (the first of the snapshot's), and the dimensions a row keeps: rows wider
+# than PROJECTED are projected on that many random directions (seeded: two runs agree), which keeps
+# distances to within a few percent and costs a fraction of a second.
+MAX_TRAIN = 2048
+MAX_VAL = 1024
+PROJECTED = 128
+MAX_COLUMNS = 8192  # wider rows keep every k-th column before the projection (a 224x224 image, say)
+MIN_EXAMPLES = 20  # fewer validation or training examples than this say nothing about a share
+
+
+class NearCopies(NamedTuple):
+    near: int  # validation examples near a training example (exact copies not counted)
+    compared: int  # validation examples compared (exact copies not counted)
+    flags: list[torch.Tensor]  # per validation batch, a bool per example: near (none past the ones compared)
+    distance_ratio: float  # median distance to the nearest training example, validation over training
+
+
+def near_copies(train_batches: list[Any], val_batches: list[Any], copied: list[torch.Tensor]) -> Optional[NearCopies]:
+    """The validation examples near a training example (`copied`: per validation batch, the exact copies,
+    left out). None where the examples' rows differ in width from batch to batch, or there are too few."""
+    train = _rows(train_batches, MAX_TRAIN)
+    val = _rows(val_batches, MAX_VAL)
+    if train is None or val is None or train.shape[1] != val.shape[1] or len(train) < MIN_EXAMPLES:
+        return None
+    exact = torch.cat(copied)[:len(val)] if copied else torch.zeros(len(val), dtype=torch.bool)
+    if int((~exact).sum()) < MIN_EXAMPLES:
+        return None
+    train, val = _comparable(train, val)
+    own = _nearest(train, train)
+    to_train = _nearest(val, train)
+    finite = own[torch.isfinite(own)]
+    if len(finite) < MIN_EXAMPLES:
+        return None
+    threshold = float(torch.quantile(finite, NEAR_QUANTILE))
+    near = (to_train < threshold) & ~exact
+    counted = ~exact & torch.isfinite(to_train)
+    flags, start = [], 0
+    for batch_copied in copied:
+        n = len(batch_copied)
+        part = near[start:start + n]
+        flags.append(torch.cat([part, torch.zeros(n - len(part), dtype=torch.bool)]))
+        start += n
+    ratio = float(to_train[counted].median() / finite.median()) if counted.any() and finite.median() > 0 else 1.0
+    return NearCopies(int(near.sum()), int(counted.sum()), flags, ratio)
+
+
+def _rows(batches: list[Any], limit: int) -> Optional[torch.Tensor]:
+    """The first `limit` examples as rows of floats: every tensor of each example flattened, side by side in
+    the batch's order. None where a batch's examples are not rows or its tensors differ in width from the
+    first batch's."""
+    parts, widths = [], None
+    count = 0
+    for batch in batches:
+        rows, reason = example_rows(batch)
+        if reason is not None or not rows:
+            return None
+        flat = [t.detach().reshape(t.shape[0], -1).cpu().double() for _, t in rows]
+        shape = [(key, f.shape[1]) for (key, _), f in zip(rows, flat)]
+        if widths is None:
+            widths = shape
+        elif shape != widths:
+            return None
+        parts.append(torch.cat(flat, 1))
+        count += len(parts[-1])
+        if count >= limit:
+            break
+    return torch.cat(parts)[:limit] if parts else None
+
+
+def _comparable(train: torch.Tensor, val: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both sets standardised column by column over the training rows (constant columns dropped: they tell no
+    example apart), thinned and projected to PROJECTED dimensions where wider."""
+    train = torch.where(torch.isfinite(train), train, torch.zeros(()))
+    val = torch.where(torch.isfinite(val), val, torch.zeros(()))
+    mean, std = train.mean(0), train.std(0)
+    varies = std > 0
+    train, val = (train[:, varies] - mean[varies]) / std[varies], (val[:, varies] - mean[varies]) / std[varies]
+    width = train.shape[1]
+    if width > MAX_COLUMNS:
+        keep = torch.arange(0, width, -(-width // MAX_COLUMNS))
+        train, val, width = train[:, keep], val[:, keep], len(keep)
+    if width > PROJECTED:
+        g = torch.Generator().manual_seed(0)
+        directions = torch.randn(width, PROJECTED, generator=g, dtype=torch.float64) / PROJECTED ** 0.5
+        train, val = train @ directions, val @ directions
+    return train, val
+
+
+def _nearest(rows: torch.Tensor, among: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+    """Each row's distance to the nearest row of `among` that is not the same example (distance 0, or within
+    rounding of it: an exact copy is the duplicates' count); inf where every one is."""
+    out = []
+    scale = float(among.pow(2).sum(1).mean().sqrt()) or 1.0
+    for i in range(0, len(rows), chunk):
+        d = torch.cdist(rows[i:i + chunk], among)
+        d[d <= 1e-6 * scale] = float("inf")
+        out.append(d.min(1).values)
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
