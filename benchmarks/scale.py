@@ -21,7 +21,8 @@ allowed) and prints:
 - the training steps the walk replayed: every optimizer step triage took, in its process and its forked
   copy (each trial of a search, and a reference replayed again over an extended fix's steps, included);
 - peak memory: the triage process's peak resident set (VmHWM) and its forked copy's (ru_maxrss of its
-  children), against the checkpoint's size on disk.
+  children), against the checkpoint's size on disk; and above `import torch` (the process's resident set
+  just after it), both what the walk held (its peak so far) when its first replay started and its peak.
 
 Timings move with the machine's load (say it when you quote them); the verdicts do not: every experiment
 is bounded by its steps, not by seconds.
@@ -214,14 +215,28 @@ def triage_one(size: str, run: str, device: str, checkpoint: Path, out: Path, ma
     options = {"max_minutes": max_minutes} if max_minutes is not None else {}  # (older triage: no ceiling)
     options |= {} if race else {"race": False}  # (older triage: no racing)
     from triage.speedups import Speedups
+    from triage.walk.listener import SilentListener
 
+    class FirstReplay(SilentListener):
+        """Notes the peak resident set when the walk's first replay starts: what the walk held before it."""
+        held_mb = None
+
+        def started(self, node, experiment, title):
+            if self.held_mb is None and experiment in REPLAYING:
+                self.held_mb = _vm_hwm_mb()
+
+    first = FirstReplay()
     report, _ = api.run(lambda: setup(size, run, device), checkpoint, out=out, speedups=Speedups(draw_ahead=False),
-                        **options)
+                        listener=first, **options)
     done = time.perf_counter()
     return {"verdict": report.root_cause, "confidence": report.confidence, "seconds": done - imported,
             "startup_s": imported - started, "cut": getattr(report, "cut", []), "path": report.path,
             "peak_mb": _vm_hwm_mb(), "copy_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-            "replayed_steps": steps.value}
+            "torch_mb": TORCH_MB, "held_before_replay_mb": first.held_mb, "replayed_steps": steps.value}
+
+
+REPLAYING = {"replay", "lr_search", "init_search", "lr_range_test", "standard_loss_swap"}  # replays of the run
+TORCH_MB = None  # the resident set just after `import torch` (set by the --_one process)
 
 
 def _count_optimizer_steps():
@@ -271,11 +286,18 @@ def _row(r: dict) -> str:
     return (f"| {r['params'] / 1e6:.2f}M | {r['run']} | {loss} | {r['verdict']} ({r['confidence']})"
             f"{'' if r['right'] else ' **wrong**'} | {r['step_eq']:.0f} | {r['seconds']:.1f} s | "
             f"{r['step_s'] * 1000:.1f} ms | {r['replayed_steps']} | {r['peak_mb']:.0f} / {r['copy_peak_mb']:.0f} MB | "
+            f"{_above_torch(r, 'held_before_replay_mb')} / {_above_torch(r, 'peak_mb')} MB | "
             f"{r['checkpoint_mb']:.1f} MB |")
 
 
+def _above_torch(r: dict, key: str) -> str:
+    value, torch_mb = r.get(key), r.get("torch_mb")
+    return "?" if value is None or torch_mb is None else f"{value - torch_mb:.0f}"
+
+
 HEADER = ("| params | run | its loss | verdict | step-eq | triage | one step | steps replayed | "
-          "peak RSS (walk / copy) | checkpoint |\n|---|---|---|---|---|---|---|---|---|---|")
+          "peak RSS (walk / copy) | above import torch (before 1st replay / peak) | checkpoint |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main(argv=None) -> int:
@@ -331,6 +353,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--_one":
         size, run, device, checkpoint, out, ceiling, threads, race = sys.argv[2:10]
         _torch().set_num_threads(int(threads))
+        TORCH_MB = _vm_hwm_mb()
         print(json.dumps(triage_one(size, run, device, Path(checkpoint), Path(out), json.loads(ceiling),
                                     json.loads(race))))
     else:
