@@ -29,15 +29,15 @@ class NearCopies(NamedTuple):
     near: int  # validation examples near a training example (exact copies not counted)
     compared: int  # validation examples compared (exact copies not counted)
     flags: list[torch.Tensor]  # per validation batch, a bool per example: near (none past the ones compared)
-    distance_ratio: float  # median distance to the nearest training example, validation over training
+    distance_ratio: Optional[float]  # median distance to the nearest training example, validation over training
 
 
 def near_copies(train_batches: list[Any], val_batches: list[Any], copied: list[torch.Tensor]) -> Optional[NearCopies]:
     """The validation examples near a training example (`copied`: per validation batch, the exact copies,
     left out). None where the examples' rows differ in width from batch to batch, or there are too few."""
-    train = _rows(train_batches, MAX_TRAIN)
-    val = _rows(val_batches, MAX_VAL)
-    if train is None or val is None or train.shape[1] != val.shape[1] or len(train) < MIN_EXAMPLES:
+    train, train_widths = _rows(train_batches, MAX_TRAIN)
+    val, val_widths = _rows(val_batches, MAX_VAL)
+    if train is None or val is None or train_widths != val_widths or len(train) < MIN_EXAMPLES:
         return None
     exact = torch.cat(copied)[:len(val)] if copied else torch.zeros(len(val), dtype=torch.bool)
     if int((~exact).sum()) < MIN_EXAMPLES:
@@ -57,45 +57,45 @@ def near_copies(train_batches: list[Any], val_batches: list[Any], copied: list[t
         part = near[start:start + n]
         flags.append(torch.cat([part, torch.zeros(n - len(part), dtype=torch.bool)]))
         start += n
-    ratio = float(to_train[counted].median() / finite.median()) if counted.any() and finite.median() > 0 else 1.0
+    ratio = float(to_train[counted].median() / finite.median()) if counted.any() and finite.median() > 0 else None
     return NearCopies(int(near.sum()), int(counted.sum()), flags, ratio)
 
 
-def _rows(batches: list[Any], limit: int) -> Optional[torch.Tensor]:
+def _rows(batches: list[Any], limit: int) -> tuple[Optional[torch.Tensor], Optional[list[tuple[str, int]]]]:
     """The first `limit` examples as rows of floats: every tensor of each example flattened, side by side in
-    the batch's order. None where a batch's examples are not rows or its tensors differ in width from the
-    first batch's."""
+    the batch's order (every k-th column where wider than MAX_COLUMNS), and each tensor's key and width. None
+    where a batch's examples are not rows or its tensors differ in width from the first batch's."""
     parts, widths = [], None
     count = 0
     for batch in batches:
         rows, reason = example_rows(batch)
         if reason is not None or not rows:
-            return None
-        flat = [t.detach().reshape(t.shape[0], -1).cpu().double() for _, t in rows]
+            return None, None
+        flat = [t.detach().reshape(t.shape[0], -1) for _, t in rows]
         shape = [(key, f.shape[1]) for (key, _), f in zip(rows, flat)]
         if widths is None:
             widths = shape
         elif shape != widths:
-            return None
-        parts.append(torch.cat(flat, 1))
-        count += len(parts[-1])
+            return None, None
+        row = torch.cat([f.cpu().float() for f in flat], 1)
+        if row.shape[1] > MAX_COLUMNS:  # every k-th column: a large image is not copied whole
+            row = row[:, ::-(-row.shape[1] // MAX_COLUMNS)]
+        parts.append(row)
+        count += len(row)
         if count >= limit:
             break
-    return torch.cat(parts)[:limit] if parts else None
+    return (torch.cat(parts)[:limit].double(), widths) if parts else (None, None)
 
 
 def _comparable(train: torch.Tensor, val: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Both sets standardised column by column over the training rows (constant columns dropped: they tell no
-    example apart), thinned and projected to PROJECTED dimensions where wider."""
+    example apart), projected to PROJECTED dimensions where wider."""
     train = torch.where(torch.isfinite(train), train, torch.zeros(()))
     val = torch.where(torch.isfinite(val), val, torch.zeros(()))
     mean, std = train.mean(0), train.std(0)
     varies = std > 0
     train, val = (train[:, varies] - mean[varies]) / std[varies], (val[:, varies] - mean[varies]) / std[varies]
     width = train.shape[1]
-    if width > MAX_COLUMNS:
-        keep = torch.arange(0, width, -(-width // MAX_COLUMNS))
-        train, val, width = train[:, keep], val[:, keep], len(keep)
     if width > PROJECTED:
         g = torch.Generator().manual_seed(0)
         directions = torch.randn(width, PROJECTED, generator=g, dtype=torch.float64) / PROJECTED ** 0.5
