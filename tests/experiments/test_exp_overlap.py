@@ -303,10 +303,24 @@ def _noisy_copies(batches, noise: float = 0.3):
     return [(x + noise * torch.randn(x.shape, generator=g), y) for x, y in batches]
 
 
-def test_a_random_split_puts_one_validation_example_in_twenty_near_a_training_one_and_that_is_no_leak():
+def test_a_random_split_puts_few_validation_examples_near_a_training_one_and_that_is_no_leak():
     out = _outcome(digits(8), digits(4, offset=8 * 64))
-    assert 0.02 < out.near_fraction < 0.08 and 0.8 < out.near_distance_ratio < 1.2
+    assert out.near_fraction < 0.05 and 0.8 < out.near_distance_ratio < 1.2
     assert _judged("near_copies_validation(overlap)", out) is False
+
+
+def test_noise_added_to_training_examples_only_makes_no_near_copies():
+    """Augmentation on training only pushes training examples apart from one another: a clean validation example
+    then lies nearer them than they lie to each other, but not nearer them than to other validation examples."""
+    train, val = digits(8), digits(4, offset=8 * 64)
+    for noise in (0.3, 1.0):
+        out = _outcome(_noisy_copies(train, noise), val)
+        assert out.near_fraction < 0.05 and _judged("near_copies_validation(overlap)", out) is False
+
+
+def test_a_training_snapshot_too_small_for_its_own_quantile_is_not_measured():
+    out = _outcome(digits(1), digits(4, offset=8 * 64))  # 64 training examples
+    assert out.near_fraction is None and out.near_copies == 0
 
 
 def test_training_images_plus_noise_in_validation_are_near_copies_not_duplicates():
@@ -352,7 +366,7 @@ def test_a_validation_set_of_noisy_training_copies_gets_the_overlap_verdict_and_
     assert (report.root_cause, report.confidence, report.path[-1]) == \
         ("train_val_overlap", "medium", "train_val_overlap_near")
     overlap = next(e for e in report.experiments if e.node == "overlap").outcome
-    assert overlap["near_loss"] < 0.8 * overlap["far_loss"] and "Split the data before" in report.fix
+    assert overlap["near_loss"] < 0.8 * overlap["far_loss"] and "split by the original example" in report.fix
     fair = _half_near_copies_run(tmp_path / "fair", leak=False)
     assert fair.root_cause != "train_val_overlap"
     assert "train_val_overlap_near" not in [f.id for f in fair.findings]

@@ -56,11 +56,11 @@ REPEATS_MARGIN = 1.5
 # shares a handful at its boundary; a series cut into windows and shuffled before the split shares nearly
 # all (every validation window has a training neighbour): over half.
 SHIFTED_SHARE = 0.5
-# Validation examples near a training one (overlap_check's near copies): a random split puts 5% of them under
-# the training examples' own 5th percentile of nearest distances (digits: 4.7%); four times that, and at least
-# NEAR_COUNT of them (at 20 examples compared, a random split reaches 10 near once in ~10^8), is a split drawn
-# after the data was copied (digits with each validation image a training one plus noise of 0.3 of a feature's
-# spread: 44%).
+# Validation examples near a training one (overlap_check's near copies: under the training examples' 5th
+# percentile of nearest distances, and under half their own distance to the nearest other validation example).
+# Random splits of digits put 0-0.6% there, and none with noise added to training only; digits whose validation
+# is half training images plus noise of 0.05 of the pixel range, 48%. Over a fifth, and at least NEAR_COUNT of
+# them, is a split drawn after the data was copied.
 NEAR_SHARE = 0.2
 NEAR_COUNT = 10
 DECAYED_LR = 0.01  # the schedule's LR now under 1% of its peak, past the peak: decayed to ~0
@@ -266,7 +266,8 @@ NAMED: dict[str, NamedRule] = {
     "near_copies_validation": NamedRule(
         ("overlap",), f"$overlap.near_fraction > {NEAR_SHARE} and $overlap.near_copies >= {NEAR_COUNT}",
         "over a fifth of the validation examples (exact copies left out), and at least ten, lie nearer a training "
-        "example than 95% of training examples lie to their nearest other one (a random split puts 5% there)"),
+        "example than 95% of the snapshot's training examples lie to their nearest other one, and nearer it than "
+        "half their distance to the nearest other validation example"),
     "near_copies_flatter": NamedRule(
         ("overlap",), f"$overlap.near_loss < {DEFAULT_MARGIN} * $overlap.far_loss",
         "the near validation examples score clearly better (under 0.8x the loss) at the checkpoint than the rest"),

@@ -11,7 +11,7 @@ from triage.outcomes.base import Outcome
 
 MAX_SHIFT = 16  # shifted windows: a sequence compared with others moved by 1 to MAX_SHIFT steps
 # Near copies: a val example nearer a training one than this quantile of the training examples' distances to
-# their nearest other one (a random split puts this share of val examples there).
+# their nearest other one (and than half its distance to the nearest other val example).
 NEAR_QUANTILE = 0.05
 
 
@@ -53,9 +53,9 @@ class OverlapOutcome(Outcome):
         json_schema_extra={"words": "shifted-window share", "unit": "%"})
     near_copies: int = Field(
         default=0, description="Val examples, exact copies left out, nearer their nearest training example than "
-                               f"{NEAR_QUANTILE:.0%} of training examples are to their nearest other one (every "
-                               "tensor of the example, columns standardised): a random split puts "
-                               f"{NEAR_QUANTILE:.0%} of them there.",
+                               f"{1 - NEAR_QUANTILE:.0%} of the snapshot's training examples are to their nearest "
+                               "other one, and nearer it than half their distance to the nearest other val example "
+                               "(every tensor of the example, each column scaled over training).",
         json_schema_extra={"words": "validation examples near a training one"})
     near_fraction: Optional[float] = Field(
         default=None, description="near_copies over the val examples compared (exact copies left out); None where "
