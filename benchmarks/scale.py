@@ -22,7 +22,8 @@ allowed) and prints:
   copy (each trial of a search, and a reference replayed again over an extended fix's steps, included);
 - peak memory: the triage process's peak resident set (VmHWM) and its forked copy's (ru_maxrss of its
   children), against the checkpoint's size on disk; and above `import torch` (the process's resident set
-  just after it), both what the walk held (its peak so far) when its first replay started and its peak.
+  just after it), the walk's peak before its first replay (the run replayed at the baseline node) and its
+  peak overall.
 
 Timings move with the machine's load (say it when you quote them); the verdicts do not: every experiment
 is bounded by its steps, not by seconds.
@@ -218,7 +219,8 @@ def triage_one(size: str, run: str, device: str, checkpoint: Path, out: Path, ma
     from triage.walk.listener import SilentListener
 
     class FirstReplay(SilentListener):
-        """Notes the peak resident set when the walk's first replay starts: what the walk held before it."""
+        """Notes the peak resident set when the walk's first replay starts (the baseline: a run node, announced
+        before it is measured)."""
         held_mb = None
 
         def started(self, node, experiment, title):
@@ -235,7 +237,7 @@ def triage_one(size: str, run: str, device: str, checkpoint: Path, out: Path, ma
             "torch_mb": TORCH_MB, "held_before_replay_mb": first.held_mb, "replayed_steps": steps.value}
 
 
-REPLAYING = {"replay", "lr_search", "init_search", "lr_range_test", "standard_loss_swap"}  # replays of the run
+REPLAYING = {"replay", "lr_search", "init_search", "standard_loss_swap"}  # experiments that replay the run
 TORCH_MB = None  # the resident set just after `import torch` (set by the --_one process)
 
 
@@ -296,7 +298,7 @@ def _above_torch(r: dict, key: str) -> str:
 
 
 HEADER = ("| params | run | its loss | verdict | step-eq | triage | one step | steps replayed | "
-          "peak RSS (walk / copy) | above import torch (before 1st replay / peak) | checkpoint |\n"
+          "peak RSS (walk / copy) | peak above import torch (before 1st replay / all) | checkpoint |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|")
 
 
