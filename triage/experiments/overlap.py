@@ -61,7 +61,8 @@ def measure(ctx: Context, p: OverlapParams) -> OverlapOutcome:
         duplicate_fraction=duplicates / val_examples if val_examples else 0.0,
         first_duplicates=flags.nonzero().flatten()[:20].tolist(), duplicate_loss=losses[0], other_loss=losses[1],
         shifted_copies=shifted, shifted_fraction=shifted / compared if compared else None,
-        near_copies=near.near if near else 0, near_fraction=near.near / near.compared if near and near.compared else None,
+        near_copies=near.near if near else 0,
+        near_fraction=near.near / near.compared if near and near.compared else None,
         near_distance_ratio=near.distance_ratio if near else None, near_loss=near_losses[0], far_loss=near_losses[1],
     )
 
