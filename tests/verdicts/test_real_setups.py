@@ -1065,3 +1065,41 @@ def test_a_hand_written_loss_that_scores_every_estimate_against_every_target_is_
     assert run(LABEL_CHECK, session_of(lambda: si_snr_denoiser(True))).target_broadcast is None
     report, _ = triage.run(lambda: si_snr_denoiser(False), None, out=tmp_path)
     assert report.root_cause == "wrong_loss", report.path  # from its init the standard loss's replay proves it
+
+
+def _bandit_with(loss_sign: float, name: str = "reward") -> triage.Setup:
+    """contextual_bandit with its loss written `loss_sign * -(log_pi * advantage)` and its float named `name`."""
+    base = contextual_bandit()
+    batches = [{"obs": b["obs"], "action": b["action"], name: b["reward"]} for b in base.batches]
+
+    def surrogate(model, batch):
+        log_pi = F.log_softmax(model(batch["obs"]), dim=-1).gather(1, batch["action"][:, None]).squeeze(1)
+        return -loss_sign * (log_pi * (batch[name] - batch[name].mean())).mean()
+    return base.model_copy(update={"loss_fn": surrogate, "batches": batches})
+
+
+def test_a_policy_gradient_minimising_its_reward_is_a_wrong_loss_and_the_right_sign_is_not(tmp_path):
+    """Was: healthy (medium), the held-back REINFORCE CartPole with `loss = (log_prob * R).mean()` handed to the
+    optimizer: its surrogate falls as well with the sign flipped, while the return falls too. Minimised, it makes
+    the better-rewarded actions rarer: their reward and how far the loss raises their score rank negatively."""
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.labels import LABEL_CHECK
+
+    right = run(LABEL_CHECK, session_of(lambda: _bandit_with(+1.0)))
+    flipped = run(LABEL_CHECK, session_of(lambda: _bandit_with(-1.0)))
+    assert right.reward_push_correlation > 0.5 and flipped.reward_push_correlation < -0.5
+    report, _ = triage.run(lambda: _bandit_with(-1.0), None, out=tmp_path / "flipped")
+    assert (report.root_cause, report.confidence, report.path[-1]) == \
+        ("wrong_loss", "medium", "wrong_loss_reward_sign"), report.path
+    assert "Negate the loss" in report.fix
+    report, _ = triage.run(lambda: _bandit_with(+1.0), None, out=tmp_path / "right")
+    assert report.root_cause == "healthy", report.path
+
+
+def test_a_cost_minimised_the_same_way_says_nothing_of_the_sign():
+    """A float named as a cost is pushed down where it is high, rightly: only a float named as a reward (returns,
+    rewards, advantages) says which way the loss should push."""
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.labels import LABEL_CHECK
+
+    assert run(LABEL_CHECK, session_of(lambda: _bandit_with(-1.0, name="cost"))).reward_push_correlation is None

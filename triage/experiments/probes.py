@@ -8,6 +8,7 @@ experiments that probe the checkpoint's model call `ctx.restart()` when they are
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
@@ -211,6 +212,48 @@ def example_weights(session: Any) -> Optional[str]:
 
 
 PUSH_BATCHES = 4  # batches the push on each label is read on (one episode can hold advantages of one sign)
+# A float named as a reward (returns, rewards, advantages, gains): one whose higher values are better by name.
+# A float of another name (a cost, a weight) says nothing of which way a loss should push.
+REWARD_NAME = re.compile(r"return|reward|advantage|\badv|gain", re.IGNORECASE)
+
+
+def reward_push_correlation(session: Any) -> Optional[float]:
+    """Where the loss weighs each label by a float named as a reward (`example_weights`, REWARD_NAME): the
+    rank correlation, within each of the first PUSH_BATCHES batches and averaged over them, between that float
+    and how far the loss raises each example's label score (minus its gradient there). Near +1 where the loss
+    makes the better-rewarded actions likelier (REINFORCE's -log_prob * R), near -1 where it makes them
+    rarer (the objective handed to the optimizer unnegated). None where not measured."""
+    def measure() -> Optional[float]:
+        name = example_weights(session)
+        if name is None or not REWARD_NAME.search(name):
+            return None
+        correlations = []
+        for batch in session.batches[:PUSH_BATCHES]:
+            reward = dict(named_tensors(batch)).get(name)
+            grad = _output_gradient(session, batch, reward.shape[0]) if reward is not None else None
+            if grad is None:
+                continue
+            # The actions: the one integer tensor with a row per example whose every value indexes the output
+            # (an episode id beside them runs past the action count).
+            actions = [t for _, t in named_tensors(batch) if _is_integer(t) and t.dim() == 1
+                       and t.shape[0] == reward.shape[0] and bool(((t >= 0) & (t < grad.shape[1])).all())]
+            if len(actions) != 1:
+                continue
+            pushes = -grad[torch.arange(len(grad), device=grad.device), actions[0].to(grad.device)].cpu()
+            rho = _rank_correlation(reward.detach().float().cpu(), pushes)
+            if rho is not None:
+                correlations.append(rho)
+        return sum(correlations) / len(correlations) if correlations else None
+    return session.memoised("reward_push_correlation", measure)
+
+
+def _rank_correlation(a: torch.Tensor, b: torch.Tensor) -> Optional[float]:
+    """Spearman's rank correlation of two 1-D tensors (ties broken by order); None where either is constant."""
+    if a.numel() < 3 or bool((a == a[0]).all()) or bool((b == b[0]).all()):
+        return None
+    ra, rb = a.argsort().argsort().float(), b.argsort().argsort().float()
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    return float((ra * rb).sum() / (ra.norm() * rb.norm()))
 
 
 def _label_pushes(session: Any, batch: Any) -> Optional[torch.Tensor]:
@@ -219,6 +262,15 @@ def _label_pushes(session: Any, batch: Any) -> Optional[torch.Tensor]:
     labels = class_targets(batch)
     if labels is None or labels.dim() != 1:
         return None
+    grad = _output_gradient(session, batch, labels.shape[0])
+    if grad is None:
+        return None
+    inside = (labels >= 0) & (labels < grad.shape[1])
+    return grad[torch.arange(labels.shape[0], device=grad.device)[inside], labels[inside].to(grad.device)].cpu()
+
+
+def _output_gradient(session: Any, batch: Any, rows: int) -> Optional[torch.Tensor]:
+    """The loss's gradient on the model's output, where that is (rows, K) and carries one; else None."""
     setup = session.setup
     captured: list[torch.Tensor] = []
 
@@ -236,15 +288,11 @@ def _label_pushes(session: Any, batch: Any) -> Optional[torch.Tensor]:
     finally:
         handle.remove()
     output = captured[0] if captured else None
-    if (output is None or not output.requires_grad or output.dim() != 2 or output.shape[0] != labels.shape[0]
+    if (output is None or not output.requires_grad or output.dim() != 2 or output.shape[0] != rows
             or not isinstance(loss, torch.Tensor) or not loss.requires_grad):
         return None
     (grad,) = torch.autograd.grad(loss, output, allow_unused=True)
-    if grad is None:
-        return None
-    inside = (labels >= 0) & (labels < output.shape[1])
-    return grad.float()[torch.arange(labels.shape[0], device=grad.device)[inside],
-                        labels[inside].to(grad.device)].detach().cpu()
+    return None if grad is None else grad.float().detach()
 
 
 def _is_integer(tensor: torch.Tensor) -> bool:
