@@ -1091,7 +1091,7 @@ def test_a_policy_gradient_minimising_its_reward_is_a_wrong_loss_and_the_right_s
     report, _ = triage.run(lambda: _bandit_with(-1.0), None, out=tmp_path / "flipped")
     assert (report.root_cause, report.confidence, report.path[-1]) == \
         ("wrong_loss", "medium", "wrong_loss_reward_sign"), report.path
-    assert "Negate the loss" in report.fix
+    assert "negate that term" in report.fix
     report, _ = triage.run(lambda: _bandit_with(+1.0), None, out=tmp_path / "right")
     assert report.root_cause == "healthy", report.path
 
@@ -1103,3 +1103,47 @@ def test_a_cost_minimised_the_same_way_says_nothing_of_the_sign():
     from triage.experiments.labels import LABEL_CHECK
 
     assert run(LABEL_CHECK, session_of(lambda: _bandit_with(-1.0, name="cost"))).reward_push_correlation is None
+
+
+def _bandit_variant(kind: str, sign: float) -> triage.Setup:
+    """The contextual bandit's REINFORCE in forms a reviewer tried: raw positive returns with no baseline,
+    sparse 0/1 rewards, an entropy bonus that outweighs the policy term, float actions beside an int done flag."""
+    g = torch.Generator().manual_seed(1)
+    base = contextual_bandit()
+    batches = []
+    for b in base.batches:
+        reward = b["reward"] + 1.0 if kind == "raw_positive" else b["reward"]
+        if kind == "sparse":
+            reward = (reward * (torch.rand(64, generator=g) < 0.1)).float()
+        batch = {"obs": b["obs"], "action": b["action"], "reward": reward}
+        if kind == "done_flag":
+            batch = {"obs": b["obs"], "action": b["action"].float(), "done": torch.randint(0, 2, (64,), generator=g),
+                     "reward": reward}
+        batches.append(batch)
+
+    def surrogate(model, batch):
+        log_probs = F.log_softmax(model(batch["obs"]), dim=-1)
+        log_pi = log_probs.gather(1, batch["action"].long()[:, None]).squeeze(1)
+        weight = batch["reward"] if kind == "raw_positive" else batch["reward"] - batch["reward"].mean()
+        policy = -sign * (log_pi * weight * (3e-4 if kind == "entropy" else 1.0)).mean()
+        entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+        alive = (1 - batch["done"].float()).mean() if kind == "done_flag" else 1.0
+        return policy * alive - (0.01 * entropy if kind == "entropy" else 0.0)
+    return base.model_copy(update={"loss_fn": surrogate, "batches": batches})
+
+
+@pytest.mark.parametrize("kind", ["raw_positive", "sparse", "entropy", "done_flag"])
+def test_the_reward_sign_is_read_from_the_push_the_reward_makes(kind):
+    """Only the part of the push that moves with the reward is read (shuffled across the batch, the reward's
+    change against the push's): raw positive returns and sparse rewards are read both ways, an entropy bonus
+    that outweighs the policy term does not flip it, and an int flag beside float actions, which indexes the
+    output too, reads no sign."""
+    from tests._instrument_runs import run, session_of
+    from triage.experiments.labels import LABEL_CHECK
+
+    right = run(LABEL_CHECK, session_of(lambda: _bandit_variant(kind, +1.0))).reward_push_correlation
+    flipped = run(LABEL_CHECK, session_of(lambda: _bandit_variant(kind, -1.0))).reward_push_correlation
+    if kind == "done_flag":  # two actions: the flag indexes one of them, at random; never read as a sign
+        assert all(c is None or abs(c) < 0.5 for c in (right, flipped)), (right, flipped)
+    else:
+        assert right > 0.5 and flipped < -0.5, (right, flipped)

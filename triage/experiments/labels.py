@@ -19,7 +19,7 @@ from triage.experiments.loss_inputs import binary_targets, loss_broadcast
 from triage.experiments.sequence_targets import distinct_inputs, target_lift, token_bags
 from triage.batches import named_tensors, to_device
 from triage.experiments.probes import (IGNORE_INDEX, class_targets, example_weights, input_tensor, labels_unread,
-                                       loss_reads, model_output, reward_push_correlation)
+                                       loss_reads, model_output, reward_push)
 from triage.outcomes.labels import NEIGHBOURS, LabelCheckOutcome
 from triage.judge.readings import class_ordered
 from triage.experiments.training import autocast, untouched_buffers_and_rng
@@ -91,6 +91,7 @@ def _labels(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     if shift.shift_agreements:  # the loss ran a forward, as the probe's above
         ctx.restart()
     lift, compared = target_lift(batches, name, k, p.ignore_index, p.max_vocabulary, p.knn_examples)
+    pushed = reward_push(session)
     return LabelCheckOutcome(
         **shift.model_dump(), target_lift=lift, target_lift_examples=compared,
         is_classification=True, num_classes=k, target=name, target_broadcast=broadcast,
@@ -105,7 +106,8 @@ def _labels(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
         class_ordered=class_ordered(distinct, ratio),
         knn_agreement=knn, chance_agreement=float((frequencies ** 2).sum()) if knn is not None else None,
         knn_examples=used, soft_target=soft, soft_knn_agreement=soft_knn, soft_chance_agreement=soft_chance,
-        example_weights=example_weights(session), reward_push_correlation=reward_push_correlation(session),
+        example_weights=example_weights(session), reward_name=pushed.name if pushed else None,
+        reward_push_correlation=pushed.correlation if pushed else None,
     )
 
 

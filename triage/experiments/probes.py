@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from triage.contract import Setup
-from triage.batches import named_tensors
+from triage.batches import named_tensors, replace_tensor
 from triage.load.data_guard import copy_batch
 from triage.experiments.training import autocast, loss_value, untouched_buffers_and_rng
 
@@ -212,48 +212,92 @@ def example_weights(session: Any) -> Optional[str]:
 
 
 PUSH_BATCHES = 4  # batches the push on each label is read on (one episode can hold advantages of one sign)
-# A float named as a reward (returns, rewards, advantages, gains): one whose higher values are better by name.
-# A float of another name (a cost, a weight) says nothing of which way a loss should push.
-REWARD_NAME = re.compile(r"return|reward|advantage|\badv|gain", re.IGNORECASE)
+# A float named as a reward (returns, rewards, advantages): one whose higher values are better by name. A float of
+# another name (a cost, a weight) says nothing of which way a loss should push. Advantages are read first: where a
+# loss reads returns too, they are often the critic's target, not what weighs the actions.
+REWARD_NAME = re.compile(r"advantage|\badv|return|reward", re.IGNORECASE)
+ADVANTAGE_NAME = re.compile(r"advantage|\badv", re.IGNORECASE)
 
 
-def reward_push_correlation(session: Any) -> Optional[float]:
-    """Where the loss weighs each label by a float named as a reward (`example_weights`, REWARD_NAME): the
-    rank correlation, within each of the first PUSH_BATCHES batches and averaged over them, between that float
-    and how far the loss raises each example's label score (minus its gradient there). Near +1 where the loss
-    makes the better-rewarded actions likelier (REINFORCE's -log_prob * R), near -1 where it makes them
-    rarer (the objective handed to the optimizer unnegated). None where not measured."""
-    def measure() -> Optional[float]:
-        name = example_weights(session)
-        if name is None or not REWARD_NAME.search(name):
-            return None
-        correlations = []
-        for batch in session.batches[:PUSH_BATCHES]:
-            reward = dict(named_tensors(batch)).get(name)
-            grad = _output_gradient(session, batch, reward.shape[0]) if reward is not None else None
-            if grad is None:
-                continue
-            # The actions: the one integer tensor with a row per example whose every value indexes the output
-            # (an episode id beside them runs past the action count).
-            actions = [t for _, t in named_tensors(batch) if _is_integer(t) and t.dim() == 1
-                       and t.shape[0] == reward.shape[0] and bool(((t >= 0) & (t < grad.shape[1])).all())]
-            if len(actions) != 1:
-                continue
-            pushes = -grad[torch.arange(len(grad), device=grad.device), actions[0].to(grad.device)].cpu()
-            rho = _rank_correlation(reward.detach().float().cpu(), pushes)
-            if rho is not None:
-                correlations.append(rho)
-        return sum(correlations) / len(correlations) if correlations else None
-    return session.memoised("reward_push_correlation", measure)
+@dataclass(frozen=True)
+class RewardPush:
+    """How a loss that reads a float named as a reward pushes the actions it weighs by it."""
+
+    name: str  # the float's place in the batch
+    correlation: float  # rank correlation between the float and the push it makes (see reward_push)
+
+
+def reward_push(session: Any) -> Optional[RewardPush]:
+    """Where the loss reads a float per example named as a reward (REWARD_NAME): the rank correlation, within
+    each of the first PUSH_BATCHES batches and averaged over them, between that float's change when its values
+    are shuffled across the batch and the change this makes in how far the loss raises each example's action
+    score (minus its gradient on the model's output at the action). Only the part of the push the float makes
+    is read: an entropy bonus, a critic's error or a KL term do not move with it. Near +1 where minimising the
+    loss makes the better-rewarded actions likelier (REINFORCE's -log_prob * R, centred or not), near -1 where
+    it makes them rarer (the objective handed to the optimizer unnegated). None where not measured: no such
+    float, none that moves the output's gradient, or no one integer tensor that holds the actions."""
+    def measure() -> Optional[RewardPush]:
+        batch = session.batches[0]
+        with untouched_buffers_and_rng(session.setup.model):
+            reads = loss_reads(session.setup, batch, session.device)
+        tensors = dict(named_tensors(batch))
+        names = [n for n in reads.floats_by_loss if REWARD_NAME.search(n) and tensors[n].dim() == 1
+                 and tensors[n].unique().numel() > 1]
+        for name in sorted(names, key=lambda n: not ADVANTAGE_NAME.search(n)):
+            correlations = [c for b in session.batches[:PUSH_BATCHES] if (c := _reward_push_in(session, b, name))
+                            is not None]
+            if correlations:
+                return RewardPush(name, sum(correlations) / len(correlations))
+        return None
+    return session.memoised("reward_push", measure)
+
+
+def _reward_push_in(session: Any, batch: Any, name: str) -> Optional[float]:
+    """reward_push's correlation on one batch (None where not measured there)."""
+    reward = dict(named_tensors(batch)).get(name)
+    if reward is None or reward.dim() != 1:
+        return None
+    shuffled = reward[torch.randperm(len(reward), generator=torch.Generator().manual_seed(0)).to(reward.device)]
+    grad = _output_gradient(session, batch, len(reward))
+    grad_shuffled = _output_gradient(session, replace_tensor(batch, name, shuffled), len(reward))
+    if grad is None or grad_shuffled is None:
+        return None
+    moved = (grad - grad_shuffled).cpu()
+    # The actions: the one integer tensor with a row per example whose every value indexes the output, and at
+    # whose column the float moves the gradient most in nine rows of ten (an int done flag of 0/1 beside float
+    # actions indexes the output too, at the wrong column).
+    actions = [t.cpu() for _, t in named_tensors(batch) if _is_integer(t) and t.dim() == 1
+               and t.shape[0] == len(reward) and bool(((t >= 0) & (t < moved.shape[1])).all())]
+    if len(actions) != 1:
+        return None
+    rows = torch.arange(len(moved))
+    at_action = moved[rows, actions[0]].abs()
+    largest = moved.abs().max(1).values
+    counted = largest > 1e-6 * float(largest.max())  # rows whose push the float moves (none where it moves none)
+    if float(largest.max()) <= 0:
+        return None
+    if int(counted.sum()) < 3 or float((at_action[counted] >= 0.5 * largest[counted]).float().mean()) < 0.9:
+        return None
+    pushes = -moved[rows, actions[0]]
+    return _rank_correlation((reward - shuffled).detach().float().cpu()[counted], pushes[counted])
 
 
 def _rank_correlation(a: torch.Tensor, b: torch.Tensor) -> Optional[float]:
-    """Spearman's rank correlation of two 1-D tensors (ties broken by order); None where either is constant."""
+    """Spearman's rank correlation of two 1-D tensors (tied values share their average rank); None where either
+    is constant."""
     if a.numel() < 3 or bool((a == a[0]).all()) or bool((b == b[0]).all()):
         return None
-    ra, rb = a.argsort().argsort().float(), b.argsort().argsort().float()
+    ra, rb = _average_ranks(a), _average_ranks(b)
     ra, rb = ra - ra.mean(), rb - rb.mean()
     return float((ra * rb).sum() / (ra.norm() * rb.norm()))
+
+
+def _average_ranks(x: torch.Tensor) -> torch.Tensor:
+    ranks = torch.empty(len(x), dtype=torch.float64)
+    ranks[x.argsort()] = torch.arange(len(x), dtype=torch.float64)
+    _, inverse = torch.unique(x, return_inverse=True)
+    sums = torch.zeros(int(inverse.max()) + 1, dtype=torch.float64).index_add_(0, inverse, ranks)
+    return (sums / torch.bincount(inverse).double())[inverse]
 
 
 def _label_pushes(session: Any, batch: Any) -> Optional[torch.Tensor]:

@@ -45,9 +45,8 @@ COLLAPSED_SPREAD = 0.25
 ORDER_GAP = 0.01
 ORDER_OVER_DRAWS = 10  # ... and ten times its change between two random draws (negatives drawn in the loss)
 # A loss that weighs each action by a float named as a reward, minimised, should make the better-rewarded actions
-# likelier: REINFORCE's -log_prob * R ranks them +0.73 against how far it raises each action's score (CartPole,
-# returns standardised in the loss), the objective handed to the optimizer unnegated -0.73. Under this, the
-# loss makes them rarer.
+# likelier: the float's change when shuffled and the change in how far the loss raises each action's score rank
+# together (labels.reward_push_correlation). Under this, the loss makes them rarer.
 REWARD_PUSHED_DOWN = -0.5
 # Scores handed a loss on raw scores, all in [0, 1]: spread over at least this much of it, they are probabilities.
 SQUASHED_SPREAD = 0.5
@@ -317,8 +316,7 @@ NAMED: dict[str, NamedRule] = {
         ("labels",), f"$labels.reward_push_correlation != none and $labels.reward_push_correlation < "
                      f"{REWARD_PUSHED_DOWN}",
         "the loss weighs each action by a float named as a reward, and minimised it makes the better-rewarded "
-        "actions rarer: their reward and how far the loss raises their score rank against each other (under "
-        "-0.5)"),
+        "actions rarer: the push the reward makes on each action's score ranks against the reward (under -0.5)"),
     "collapsed": NamedRule(
         ("outputs", "labels"), f"$labels.paired_views != none and $outputs.least_spread != none and "
                                f"$outputs.least_spread < {COLLAPSED_SPREAD}",

@@ -100,12 +100,17 @@ class LabelCheckOutcome(LabelShift):
                                   "returns or advantages, an importance weight): the loss weighs each label's "
                                   "log-likelihood by it, and may go below zero by design. Its place in the batch.",
         json_schema_extra={"words": "example weights"})
+    reward_name: Optional[str] = Field(
+        default=None, description="A float per example the loss reads, named as a reward (returns, rewards, "
+                                  "advantages), whose values move the loss's gradient on the actions: its place in "
+                                  "the batch.",
+        json_schema_extra={"words": "reward read by the loss"})
     reward_push_correlation: Optional[float] = Field(
-        default=None, description="Where the example weights are named as a reward (returns, rewards, advantages): "
-                                  "the rank correlation, within a batch, between that reward and how far the loss "
-                                  "raises each example's label score. Near +1 where minimising the loss makes the "
-                                  "better-rewarded actions likelier, near -1 where it makes them rarer.",
-        json_schema_extra={"words": "reward against the loss's push on each label"})
+        default=None, description="The rank correlation, within a batch, between that reward's change when its "
+                                  "values are shuffled across the batch and the change in how far the loss raises "
+                                  "each action's score. Near +1 where minimising the loss makes the better-rewarded "
+                                  "actions likelier, near -1 where it makes them rarer.",
+        json_schema_extra={"words": "reward against the loss's push on each action"})
     soft_target: Optional[str] = Field(
         default=None, description="Soft targets the loss reads beside the labels (a teacher's cached logits): a "
                                   "floating (B, K) tensor of the batch, by its place in it.",
