@@ -273,9 +273,9 @@ def _reward_push_in(session: Any, batch: Any, name: str) -> Optional[float]:
     rows = torch.arange(len(moved))
     at_action = moved[rows, actions[0]].abs()
     largest = moved.abs().max(1).values
-    counted = largest > 1e-6 * float(largest.max())  # rows whose push the float moves (none where it moves none)
-    if float(largest.max()) <= 0:
+    if float(largest.max()) <= 0:  # the float moves no gradient on this output
         return None
+    counted = largest > 1e-6 * float(largest.max())  # the rows whose push the float moves
     if int(counted.sum()) < 3 or float((at_action[counted] >= 0.5 * largest[counted]).float().mean()) < 0.9:
         return None
     pushes = -moved[rows, actions[0]]
