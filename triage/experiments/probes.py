@@ -163,6 +163,15 @@ def loss_reads(setup: Setup, batch: Any, device: torch.device) -> TensorReads:
                        complete=complete, floats_by_loss=[name for name, pointer in floats.items() if pointer in by_loss])
 
 
+def first_batch_reads(session: Any) -> TensorReads:
+    """`loss_reads` of the session's first batch, buffers and RNG left as they were: which tensors the loss
+    reads does not change with the weights, so it is measured once per session for every probe that asks."""
+    def measure() -> TensorReads:
+        with untouched_buffers_and_rng(session.setup.model):
+            return loss_reads(session.setup, session.batches[0], session.device)
+    return session.memoised("first_batch_reads", measure)
+
+
 def labels_unread(session: Any) -> bool:
     """Whether the batch's integer tensor that would be its labels (`class_targets`) is read by nothing: the
     loss reads no integer tensor, and neither it nor the model reads this one (a dataset's class beside a
@@ -173,8 +182,7 @@ def labels_unread(session: Any) -> bool:
         labels = class_targets(batch)
         if labels is None:
             return False
-        with untouched_buffers_and_rng(session.setup.model):
-            reads = loss_reads(session.setup, batch, session.device)
+        reads = first_batch_reads(session)
         name = next((n for n, t in named_tensors(batch) if t is labels), None)
         return reads.complete and not reads.by_loss and name not in reads.anywhere
     return session.memoised("labels_unread", measure)
@@ -193,8 +201,7 @@ def example_weights(session: Any) -> Optional[str]:
         labels = class_targets(batch)
         if labels is None or labels.dim() != 1:
             return None
-        with untouched_buffers_and_rng(session.setup.model):
-            reads = loss_reads(session.setup, batch, session.device)
+        reads = first_batch_reads(session)
         tensors = dict(named_tensors(batch))
         name = next((name for name in reads.floats_by_loss if tensors[name].dim() == 1
                      and tensors[name].shape[0] == labels.shape[0] and tensors[name].unique().numel() > 1), None)
@@ -238,8 +245,7 @@ def reward_push(session: Any) -> Optional[RewardPush]:
     float, none that moves the output's gradient, or no one integer tensor that holds the actions."""
     def measure() -> Optional[RewardPush]:
         batch = session.batches[0]
-        with untouched_buffers_and_rng(session.setup.model):
-            reads = loss_reads(session.setup, batch, session.device)
+        reads = first_batch_reads(session)
         tensors = dict(named_tensors(batch))
         names = [n for n in reads.floats_by_loss if REWARD_NAME.search(n) and tensors[n].dim() == 1
                  and tensors[n].unique().numel() > 1]
