@@ -264,8 +264,8 @@ def _reward_push_in(session: Any, batch: Any, name: str) -> Optional[float]:
     if reward is None or reward.dim() != 1:
         return None
     shuffled = reward[torch.randperm(len(reward), generator=torch.Generator().manual_seed(0)).to(reward.device)]
-    grad = _output_gradient(session, batch, len(reward))
-    grad_shuffled = _output_gradient(session, replace_tensor(batch, name, shuffled), len(reward))
+    grad = output_gradient(session, batch, len(reward))
+    grad_shuffled = output_gradient(session, replace_tensor(batch, name, shuffled), len(reward))
     if grad is None or grad_shuffled is None:
         return None
     moved = (grad - grad_shuffled).cpu()
@@ -312,14 +312,14 @@ def _label_pushes(session: Any, batch: Any) -> Optional[torch.Tensor]:
     labels = class_targets(batch)
     if labels is None or labels.dim() != 1:
         return None
-    grad = _output_gradient(session, batch, labels.shape[0])
+    grad = output_gradient(session, batch, labels.shape[0])
     if grad is None:
         return None
     inside = (labels >= 0) & (labels < grad.shape[1])
     return grad[torch.arange(labels.shape[0], device=grad.device)[inside], labels[inside].to(grad.device)].cpu()
 
 
-def _output_gradient(session: Any, batch: Any, rows: int) -> Optional[torch.Tensor]:
+def output_gradient(session: Any, batch: Any, rows: int) -> Optional[torch.Tensor]:
     """The loss's gradient on the model's output, where that is (rows, K) and carries one; else None."""
     setup = session.setup
     captured: list[torch.Tensor] = []

@@ -25,6 +25,7 @@ from triage.experiments.interventions import held_at_peak, swap_saturating, unfr
 from triage.experiments.loss_inputs import score_losses
 from triage.experiments.label_shift import realigned
 from triage.experiments.levels import loss_levels
+from triage.experiments.neighbours import NeighbourAgreement, labels_name_groups, neighbour_agreement
 from triage.experiments.own_step import Candidate, OwnStep
 from triage.experiments.probes import IGNORE_INDEX
 from triage.experiments.pace import pace_vs_run
@@ -144,6 +145,7 @@ class _Trace:
     not_applicable: list[str] = field(default_factory=list)
     optimizer_steps: Optional[int] = None
     val_final: Optional[float] = None
+    val_neighbours: Optional[NeighbourAgreement] = None
     lr_factor: float = 1.0
     scheduler_steps: int = 0
     lr_changed_in: list[str] = field(default_factory=list)
@@ -236,8 +238,10 @@ def _over_the_same_steps(ctx: Context, p: ReplayParams, outcome: "ReplayOutcome"
         return found if found is not None else _replayed_as_long(ctx, reference[1], outcome.steps_run)
 
     extended = ctx.session.memoised(key, longer)
+    own = NeighbourAgreement(outcome.val_neighbours, outcome.val_neighbour_examples or 0) \
+        if outcome.val_neighbours is not None else None
     return outcome.model_copy(update=paired_with(reference=extended, against=p.against, levels=loss_levels(ctx.session),
-                                                 val_end=outcome.val_final)
+                                                 val_end=outcome.val_final, neighbours=own)
                               | {"search_speedup": _search_speedup(ctx, p, extended)})
 
 
@@ -419,6 +423,10 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
     trace.scheduler_steps = schedule.scheduler_steps
     if val_batches and trace.first_bad is None and not trace.truncated:
         trace.val_final = ctx.ranks.mean(_val_loss(setup, val_batches[:VAL_BATCHES], precision, session.device))
+        if ctx.ranks.all(labels_name_groups(session)):  # each rank's share, averaged, so all judge alike
+            found = neighbour_agreement(setup, val_batches[:VAL_BATCHES], session.device)
+            if ctx.ranks.all(found is not None):
+                trace.val_neighbours = NeighbourAgreement(ctx.ranks.mean(found.agreement), found.examples)
     return trace, clip, skip
 
 
@@ -590,8 +598,10 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
     levels = loss_levels(ctx.session)
     nothing = levels.nothing_learned
     slope, slope_se = _log_trend(finite_losses)
+    neighbours = t.val_neighbours if t.val_final is not None and math.isfinite(t.val_final) else None
     return ReplayOutcome(
-        **paired_with(reference=ctx.outcomes.get(p.against), against=p.against, levels=levels, val_end=t.val_final),
+        **paired_with(reference=ctx.outcomes.get(p.against), against=p.against, levels=levels, val_end=t.val_final,
+                      neighbours=neighbours),
         loop_used=t.loop_used, loop_note=t.loop_note,
         optimizer_steps=t.optimizer_steps, scheduler_steps=t.scheduler_steps, lr_changed_in=t.lr_changed_in,
         lr_factor=t.lr_factor,
@@ -623,6 +633,8 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         val_end=t.val_losses[-1] if t.val_losses else None,
         val_noise=_noise(t.val_losses),
         val_final=t.val_final if t.val_final is not None and math.isfinite(t.val_final) else None,
+        val_neighbours=neighbours.agreement if neighbours else None,
+        val_neighbour_examples=neighbours.examples if neighbours else None,
     )
 
 

@@ -11,6 +11,7 @@ from typing import Optional
 
 from triage.experiments.base import Outcome
 from triage.judge.fix import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, end_of, judge_fix
+from triage.experiments.neighbours import NeighbourAgreement
 from triage.judge.levels import LossLevels
 from triage.outcomes.replay import ReplayOutcome
 from triage.outcomes.verify import VerifiedFix
@@ -19,15 +20,19 @@ __all__ = ["DEFAULT_LEVEL_MARGIN", "DEFAULT_MARGIN", "VerifiedFix", "judged", "p
 
 
 def paired_with(*, reference: Optional[Outcome], against: Optional[str], levels: LossLevels,
-                val_end: Optional[float] = None) -> dict:
+                val_end: Optional[float] = None, neighbours: Optional[NeighbourAgreement] = None) -> dict:
     """The measured VerifiedFix fields of a counterfactual paired with `reference` (a replay-like outcome with
-    `finite`, `loss_end`, `steps_run` and `val_final`), its own validation loss at its end `val_end`: what the
-    judge will read it against."""
+    `finite`, `loss_end`, `steps_run`, `val_final` and `val_neighbours`), its own validation loss at its end
+    `val_end` and, where measured, its validation neighbour agreement: what the judge will read it against."""
     if against is None or reference is None:
         return {}
+    reference_neighbours = getattr(reference, "val_neighbours", None)
+    both = neighbours is not None and reference_neighbours is not None
     return dict(against=against, reference_end=_end(reference), reference_steps=getattr(reference, "steps_run", None),
                 reference_ratio=getattr(reference, "loss_ratio", None),
-                reference_val=getattr(reference, "val_final", None), fix_val=val_end, levels=levels)
+                reference_val=getattr(reference, "val_final", None), fix_val=val_end, levels=levels,
+                fix_val_neighbours=neighbours.agreement if both else None,
+                reference_val_neighbours=reference_neighbours if both else None)
 
 
 def judged(outcome: ReplayOutcome, *, margin: float = DEFAULT_MARGIN,
@@ -38,7 +43,9 @@ def judged(outcome: ReplayOutcome, *, margin: float = DEFAULT_MARGIN,
         return {}
     verdict = judge_fix(finite=outcome.finite, loss_start=outcome.loss_start, loss_end=outcome.loss_end,
                         reference_end=outcome.reference_end, levels=outcome.levels, margin=margin,
-                        level_margin=level_margin, fix_val=outcome.fix_val, reference_val=outcome.reference_val)
+                        level_margin=level_margin, fix_val=outcome.fix_val, reference_val=outcome.reference_val,
+                        fix_neighbours=outcome.fix_val_neighbours, reference_neighbours=outcome.reference_val_neighbours,
+                        neighbour_examples=getattr(outcome, "val_neighbour_examples", None))
     return verdict.model_dump(exclude={"reference_end"})
 
 

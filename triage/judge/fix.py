@@ -15,7 +15,9 @@ A counterfactual, started from the same state as the run it is paired with (its 
   "better" either: lower is not known to be better where the run's loss never went.
 - where the run has validation data, it also ends with a lower validation loss than the reference, by the
   same MIN_GAIN: a replay loops a small snapshot, and a higher LR "fixes" a healthy run by memorising it
-  (a recommender at lr x10: training loss 0.10 against 0.42, validation 0.57 against 0.42).
+  (a recommender at lr x10: training loss 0.10 against 0.42, validation 0.57 against 0.42). Where the labels
+  name groups of examples, not output columns (metric learning), a validation nearest-neighbour agreement
+  higher beyond binomial noise counts too: a mined loss's validation value rises as the embedding improves.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ DEFAULT_LEVEL_MARGIN = 0.9  # "clearly below" learning nothing: 10% under it, mo
 # "Clearly better" in size too: the gain at least 1% of the loss of learning nothing. A run that has all but
 # memorised its data (0.008 against ln 10 = 2.3) ends 40% "better" by the noise of a few batches.
 MIN_GAIN = 0.01
+# "Clearly higher" for a share of validation examples: this many binomial standard errors of the difference.
+NEIGHBOUR_Z = 2.0
 
 
 class FixVerdict(BaseModel):
@@ -52,9 +56,12 @@ class FixVerdict(BaseModel):
 
 def judge_fix(*, finite: bool, loss_start: Optional[float], loss_end: Optional[float], reference_end: float,
               levels: LossLevels, margin: float = DEFAULT_MARGIN, level_margin: float = DEFAULT_LEVEL_MARGIN,
-              fix_val: Optional[float] = None, reference_val: Optional[float] = None) -> FixVerdict:
+              fix_val: Optional[float] = None, reference_val: Optional[float] = None,
+              fix_neighbours: Optional[float] = None, reference_neighbours: Optional[float] = None,
+              neighbour_examples: Optional[int] = None) -> FixVerdict:
     """A counterfactual's own figures against its reference's end window (inf when the reference did not
-    end finite), and their validation losses at their ends where both were measured."""
+    end finite), and their validation losses (and neighbour agreements, on `neighbour_examples`) at their
+    ends where both were measured."""
     ended = finite and loss_end is not None and math.isfinite(loss_end)
     improvement, better = None, False
     level, kind = sane_level(levels, loss_start, level_margin)
@@ -73,6 +80,8 @@ def judge_fix(*, finite: bool, loss_start: Optional[float], loss_end: Optional[f
             better = loss_end < reference_end - (1 - margin) * abs(reference_end)
     sane = bool(ended and level is not None and loss_end < level and not below_floor(levels, loss_end))
     generalises = _generalises(fix_val, reference_val, levels)
+    if generalises is False and _clearly_higher(fix_neighbours, reference_neighbours, neighbour_examples):
+        generalises = True
     return FixVerdict(reference_end=reference_end, improvement=improvement, better=better, sane_level=level,
                       sane_kind=kind, sane=sane, generalises=generalises,
                       fix_works=bool(ended and better and sane and generalises is not False))
@@ -102,6 +111,15 @@ def _generalises(fix_val: Optional[float], reference_val: Optional[float], level
         return None
     nothing = levels.nothing_learned
     return fix_val < reference_val - (MIN_GAIN * nothing if nothing and nothing > 0 else 0.0)
+
+
+def _clearly_higher(fix: Optional[float], reference: Optional[float], examples: Optional[int]) -> bool:
+    """The fix's share above the reference's by NEIGHBOUR_Z standard errors of the difference of two shares
+    of `examples` each (unpaired: an upper bound on the paired noise)."""
+    if fix is None or reference is None or not examples:
+        return False
+    noise = math.sqrt((fix * (1 - fix) + reference * (1 - reference)) / examples)
+    return fix - reference > NEIGHBOUR_Z * max(noise, 1 / examples)
 
 
 def end_of(finite: bool, loss_end: Optional[float]) -> float:

@@ -54,13 +54,22 @@ class VerifiedFix(Outcome):
     reference_val: Optional[float] = Field(
         default=None, description="The reference's validation loss at its end, over the same steps.",
         json_schema_extra={"words": "validation loss of the run as it was"})
+    fix_val_neighbours: Optional[float] = Field(
+        default=None, description="Where the labels name groups, not output columns: its validation examples' "
+                                  "nearest-neighbour label agreement at its end (val_neighbours).",
+        json_schema_extra={"words": "validation neighbour agreement with the fix"})
+    reference_val_neighbours: Optional[float] = Field(
+        default=None, description="The reference's, over the same steps.",
+        json_schema_extra={"words": "validation neighbour agreement of the run as it was"})
     levels: Optional[LossLevels] = Field(
         default=None, description="The loss levels both are judged against (the run's loss's, or the standard "
                                   "loss's for a replay scored by it): the loss of learning nothing, and the floor.",
         json_schema_extra={"words": "loss levels judged against"})
     generalises: Optional[bool] = Field(
-        default=None, description="Its validation loss ends lower than the reference's, clearly (None without "
-                                  "validation data): a fix that only memorises the snapshot is none.",
+        default=None, description="Its validation loss ends lower than the reference's, clearly, or, where the "
+                                  "labels name groups, its validation neighbour agreement ends higher beyond "
+                                  "binomial noise (None without validation data): a fix that only memorises the "
+                                  "snapshot is none.",
         json_schema_extra={"words": "lower on validation too", "ranks": "all"})
     fix_works: Optional[bool] = Field(
         default=None, description="Finite, better, sane and, where validation data exists, generalising: the fix is "
