@@ -178,3 +178,19 @@ def test_a_converged_runs_noise_is_not_a_fix():
                         levels=levels)
     assert real["better"] and real["fix_works"]
 
+
+
+def test_where_labels_name_groups_a_clear_gain_in_validation_neighbours_is_a_fix_the_mined_loss_hides():
+    """A mined triplet loss at lr x10: its training loss unmoved (0.1319 against 0.1318), its validation loss
+    higher, while 88% of 256 validation examples have a nearest neighbour of their label against 80%."""
+    from triage.judge.fix import judge_fix
+
+    grouped = LossLevels(kind="classification", num_classes=64, chance=math.log(64), constant=0.2)
+    seen = dict(finite=True, loss_start=0.129, loss_end=0.1319, reference_end=0.1318, levels=grouped,
+                fix_val=0.144, reference_val=0.136, neighbour_examples=256)
+    clear = judge_fix(**seen, fix_neighbours=0.883, reference_neighbours=0.797)
+    assert not clear.better and clear.generalises and clear.fix_works
+    # within two standard errors of the difference (about 0.07 here): no fix, and the loss decides as before
+    noisy = judge_fix(**seen, fix_neighbours=0.84, reference_neighbours=0.797)
+    assert noisy.generalises is False and not noisy.fix_works
+    assert judge_fix(**seen).generalises is False

@@ -15,7 +15,8 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-from triage.experiments.probes import output_gradient, class_targets, model_output
+from triage.batches import named_tensors, replace_tensor
+from triage.experiments.probes import class_targets, first_batch_reads, model_output, output_gradient
 from triage.experiments.training import untouched_buffers_and_rng
 
 MAX_EXAMPLES = 2000  # validation examples compared (the distance matrix is this squared)
@@ -29,27 +30,38 @@ class NeighbourAgreement:
 
 
 def labels_name_groups(session: Any) -> bool:
-    """Whether the run's labels name groups of examples rather than columns of the output: the loss's gradient
-    on the model's output is not at its most negative on the label's column in at least half the rows that
-    carry one (cross-entropy, focal or label-smoothed, pushes exactly that column up), or a label lies outside
-    the output's columns. Measured once per session on the first batch; False where not measured (no integer
-    label per output row, or no gradient on the output)."""
+    """Whether the run's labels name groups of examples rather than columns of the output (a triplet, contrastive
+    or proxy loss on an embedding). Both must hold on the first batch: the loss couples examples through their
+    labels (one example's label changed, the loss's gradient on the other examples' outputs changes: a
+    cross-entropy, weighted or smoothed, a policy gradient's actions, an ordinal or multi-label loss score each
+    example alone), and it does not push the label's column up (its gradient there is not the row's most
+    negative in half the rows: a class-balanced cross-entropy with weights from the batch's counts couples
+    examples too). Measured once per session; False where not measured (no integer label per output row, fewer
+    than MIN_LABELS labels, a label beyond the output's columns, no gradient on the output)."""
     def measure() -> bool:
         batch = session.batches[0]
         labels = class_targets(batch)
-        if labels is None or labels.dim() != 1 or int(labels.unique().numel()) < MIN_LABELS:
+        reads = first_batch_reads(session)
+        name = next((n for n, t in named_tensors(batch) if t is labels), None)
+        if labels is None or labels.dim() != 1 or name not in reads.by_loss \
+                or int(labels.unique().numel()) < MIN_LABELS:
             return False
         grad = output_gradient(session, batch, labels.shape[0])
         if grad is None:
             return False
+        changed = labels.clone()
+        changed[0] = labels[labels != labels[0]][0]  # the first example takes another example's label
+        moved = output_gradient(session, replace_tensor(batch, name, changed), labels.shape[0])
+        largest = float(grad.abs().max())
+        if moved is None or largest == 0:
+            return False
+        if float((moved[1:] - grad[1:]).abs().max()) <= 1e-6 * largest:
+            return False  # each example scored alone
         labels = labels.to(grad.device)
         if bool(((labels < 0) | (labels >= grad.shape[1])).any()):
-            return True
-        moving = grad.abs().amax(1) > 0
-        if int(moving.sum()) < MIN_LABELS:
-            return False
-        at_label = grad[moving].argmin(1) == labels[moving]
-        return float(at_label.float().mean()) < 0.5
+            return False  # not measured: no column to read (episode ids grouping a policy gradient's returns)
+        rows = grad.abs().amax(1) > 0
+        return float((grad[rows].argmin(1) == labels[rows]).float().mean()) < 0.5
     return session.memoised("labels_name_groups", measure)
 
 

@@ -27,6 +27,7 @@ from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.levels import (PROBE_BATCHES, LossLevels, best_constant_loss, binary_constants,
                                        class_prior, constant_loss, loss_levels, regression_target,
                                        target_mean, top_output)
+from triage.experiments.neighbours import labels_name_groups
 from triage.experiments.probes import IGNORE_INDEX, class_targets
 from triage.experiments.replay import ReplayParams
 from triage.experiments.replay import measure as replay
@@ -48,11 +49,14 @@ def standard_rule(session: Any) -> Optional[Rule]:
     output is one tensor, binary cross-entropy for 0/1 targets (on probabilities when every output at the
     checkpoint lies in [0, 1]: the model applies the sigmoid itself), MSE for a regressor; None when none
     can be read (a structured output such as a Hugging Face ModelOutput computes its own loss, with its
-    own label shift). Decided once per session, so every node holds the run to the same loss."""
+    own label shift) or where the labels name groups of examples, not output columns (a triplet loss on an
+embedding). Decided once per session, so every node holds the run to the same loss."""
     return session.memoised("standard_rule", lambda: _standard_rule(session))
 
 
 def _standard_rule(session: Any) -> Optional[Rule]:
+    if labels_name_groups(session):  # metric learning: the labels are no output's columns, no loss is standard
+        return None
     levels = loss_levels(session)
     if levels.kind == "classification" and levels.constant is not None:
         return "cross_entropy"

@@ -70,6 +70,11 @@ class FixTrial(BaseModel):
         default=None, description="The run as it was over the same steps: its end-window loss (inf: not finite).")
     without_nonfinite_step: Optional[int] = Field(
         default=None, description="The training step (the run's count) where the run as it was went non-finite.")
+    neighbours_with_fix: Optional[float] = Field(
+        default=None, description="Where the labels name groups (metric learning): the validation examples' "
+                                  "nearest-neighbour label agreement with the fix at its end (schema 1.9).")
+    neighbours_without_fix: Optional[float] = Field(
+        default=None, description="The same agreement of the run as it was over the same steps (schema 1.9).")
     fix_works: Optional[bool] = Field(default=None, description="The replay's own verdict on the fix.")
 
     def to_step(self) -> Optional[int]:
@@ -93,7 +98,13 @@ class FixTrial(BaseModel):
             return with_fix
         if not math.isfinite(self.loss_without_fix):
             return f"{with_fix}; without it the loss did not stay finite"
-        return f"{with_fix}, {show(self.loss_without_fix)} without it"
+        return f"{with_fix}, {show(self.loss_without_fix)} without it" + self._neighbours()
+
+    def _neighbours(self) -> str:
+        if self.neighbours_with_fix is None or self.neighbours_without_fix is None:
+            return ""
+        return (f"; validation examples whose nearest neighbour shares their label {self.neighbours_with_fix:.1%} "
+                f"with the fix, {self.neighbours_without_fix:.1%} without it")
 
 
 def show(value: Value) -> str:
@@ -139,6 +150,7 @@ def fix_trial(proof: Optional[ExperimentRun], reference: Optional[ExperimentRun]
         # The run's count where the reference's start is known (a restart counts from 0); else no step is claimed.
         without_nonfinite_step=ref_step0 + 1 + bad if isinstance(bad, int) and ref_step0 is not None
         and ref is not None and ref.finite is False else None,
+        neighbours_with_fix=_float(out.fix_val_neighbours), neighbours_without_fix=_float(out.reference_val_neighbours),
         fix_works=out.fix_works if isinstance(out.fix_works, bool) else None)
 
 

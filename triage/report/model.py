@@ -12,7 +12,7 @@ from triage.report.fix_trial import FixTrial
 from triage.load.history import HistoryPoint
 from triage.views import View
 
-SCHEMA_VERSION = "1.8"
+SCHEMA_VERSION = "1.9"
 
 ReportStatus = Literal["complete", "incomplete", "interrupted"]
 
