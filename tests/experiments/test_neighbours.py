@@ -42,9 +42,45 @@ def test_a_classifier_scores_its_label_column_even_with_weights_from_the_batch()
     assert not labels_name_groups(session_with(balanced_cross_entropy))
 
 
-def test_labels_beyond_the_outputs_columns_are_not_measured():
-    """A policy gradient's episode ids, say: no column to read, so no claim (the embedding has 8 columns)."""
-    assert not labels_name_groups(session_with(mined_triplet_loss, classes=8))
+def mixup(model, batch):
+    """Mixup as timm writes it: each row scored against its label and a shuffled partner's, by a weight drawn
+    from Beta(0.4, 0.4) (under 0.5, the partner's label is the column pushed hardest)."""
+    x, y = batch
+    lam = float(torch.distributions.Beta(0.4, 0.4).sample())
+    perm = torch.randperm(len(y))
+    out = model(lam * x + (1 - lam) * x[perm])
+    return lam * F.cross_entropy(out, y) + (1 - lam) * F.cross_entropy(out, y[perm])
+
+
+def test_mixup_couples_examples_through_their_labels_yet_pushes_label_columns_whatever_its_draw():
+    for seed in range(4):
+        torch.manual_seed(seed)
+        assert not labels_name_groups(session_with(mixup))
+
+
+def test_more_classes_than_embedding_columns_still_name_groups():
+    """Ten digit classes on an 8-dim embedding: no column is any label's, and the triplet loss couples them."""
+    assert labels_name_groups(session_with(mined_triplet_loss, classes=8))
+
+
+def test_episode_ids_grouping_a_policy_gradients_returns_are_no_groups():
+    """REINFORCE with returns normalised per episode: the episode ids couple examples and index no column,
+    but the loss reads a float per example beside them (the returns)."""
+    def reinforce(model, batch):
+        x, returns, episode = batch
+        log_probs = model(x).log_softmax(-1)[:, 0]
+        means = torch.zeros(int(episode.max()) + 1).index_add_(0, episode, returns) \
+            / torch.bincount(episode).clamp_min(1)
+        return -(log_probs * (returns - means[episode])).mean()
+
+    def setup():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 2))
+        batches = [(x, torch.randn(len(y), generator=torch.Generator().manual_seed(i)), 10 + torch.arange(len(y)) // 8)
+                   for i, (x, y) in enumerate(digits(4))]
+        return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=reinforce,
+                            batches=batches)
+    assert not labels_name_groups(session_of(setup))
 
 
 class Fixed(nn.Module):

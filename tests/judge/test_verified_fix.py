@@ -25,7 +25,7 @@ class _Run:
 def verification(*, finite, loss_start, loss_end, reference, against, levels, val_end=None) -> dict:
     """As a counterfactual's outcome ends up: the pairing it measured (paired_with), the judge's reading of it."""
     paired = paired_with(reference=reference, against=against, levels=levels, val_end=val_end)
-    unpaired = dict(levels=None, reference_end=None, reference_val=None, fix_val=None)
+    unpaired = dict(levels=None, reference_end=None, reference_val=None, fix_val=None, val_neighbour_examples=None)
     own = SimpleNamespace(finite=finite, loss_start=loss_start, loss_end=loss_end, **{**unpaired, **paired})
     return {**paired, **judged(own)}
 
@@ -179,18 +179,18 @@ def test_a_converged_runs_noise_is_not_a_fix():
     assert real["better"] and real["fix_works"]
 
 
-
 def test_where_labels_name_groups_a_clear_gain_in_validation_neighbours_is_a_fix_the_mined_loss_hides():
-    """A mined triplet loss at lr x10: its training loss unmoved (0.1319 against 0.1318), its validation loss
-    higher, while 88% of 256 validation examples have a nearest neighbour of their label against 80%."""
+    """The held-back triplet run at lr x100 over 120 steps: its validation loss 0.187 against 0.138 (a miner's
+    mean over the triplets still violating the margin rises as the embedding improves), while 95.7% of the
+    distinct validation examples have a nearest neighbour of their label against 82.8%."""
     from triage.judge.fix import judge_fix
 
     grouped = LossLevels(kind="classification", num_classes=64, chance=math.log(64), constant=0.2)
-    seen = dict(finite=True, loss_start=0.129, loss_end=0.1319, reference_end=0.1318, levels=grouped,
-                fix_val=0.144, reference_val=0.136, neighbour_examples=256)
-    clear = judge_fix(**seen, fix_neighbours=0.883, reference_neighbours=0.797)
-    assert not clear.better and clear.generalises and clear.fix_works
-    # within two standard errors of the difference (about 0.07 here): no fix, and the loss decides as before
-    noisy = judge_fix(**seen, fix_neighbours=0.84, reference_neighbours=0.797)
-    assert noisy.generalises is False and not noisy.fix_works
-    assert judge_fix(**seen).generalises is False
+    seen = dict(finite=True, loss_start=0.128, loss_end=0.0586, reference_end=0.127, levels=grouped,
+                fix_val=0.187, reference_val=0.138, neighbour_examples=206)
+    clear = judge_fix(**seen, fix_neighbours=0.957, reference_neighbours=0.828)
+    assert clear.generalises is False and clear.neighbours_higher and clear.fix_works
+    # a gain within three standard errors of the difference (about 0.09 here): no fix, the loss decides as before
+    noisy = judge_fix(**seen, fix_neighbours=0.90, reference_neighbours=0.828)
+    assert noisy.neighbours_higher is False and not noisy.fix_works
+    assert judge_fix(**seen).neighbours_higher is None and not judge_fix(**seen).fix_works

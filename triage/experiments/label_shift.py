@@ -38,6 +38,7 @@ def measure_shift(setup: Setup, batch: Any, target: Optional[str], device: torch
     scored = _scored_against(setup, batch, labels, device, ignore_index)
     model_shifts = scores_shifted(*scored) if scored else None
     return LabelShift(label_shift=shift, shift_agreements=agreements, model_shifts_labels=model_shifts,
+                      labelled_share=float((labels != ignore_index).double().mean()),
                       predicts_ahead=shift + int(model_shifts) if shift is not None and model_shifts is not None
                       else None)
 

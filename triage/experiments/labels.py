@@ -16,6 +16,7 @@ from triage.experiments.label_shift import measure_shift
 from triage.experiments.levels import regression_target
 from triage.experiments.pairing import pair_lift, paired_views
 from triage.experiments.loss_inputs import binary_targets, loss_broadcast
+from triage.experiments.neighbours import leave_one_out_agreement
 from triage.experiments.sequence_targets import distinct_inputs, target_lift, token_bags
 from triage.batches import named_tensors, to_device
 from triage.experiments.probes import (IGNORE_INDEX, class_targets, example_weights, input_tensor, labels_unread,
@@ -221,10 +222,7 @@ def _knn_agreement(batches: list, p: LabelCheckParams, labels_of=class_targets) 
     if len(y) < 2:
         return None, 0
     x = (x - x.mean(0)) / x.std(0).clamp_min(1e-6)  # (N, D): every feature on the same scale
-    distances = torch.cdist(x, x)
-    distances.fill_diagonal_(float("inf"))
-    neighbour = distances.argmin(dim=1)
-    return float((y[neighbour] == y).double().mean()), len(y)
+    return leave_one_out_agreement(x, y), len(y)
 
 
 def _pooled_per_graph(batch: Any, x: torch.Tensor, graphs: int) -> Optional[torch.Tensor]:

@@ -423,10 +423,11 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
     trace.scheduler_steps = schedule.scheduler_steps
     if val_batches and trace.first_bad is None and not trace.truncated:
         trace.val_final = ctx.ranks.mean(_val_loss(setup, val_batches[:VAL_BATCHES], precision, session.device))
-        if ctx.ranks.all(labels_name_groups(session)):  # each rank's share, averaged, so all judge alike
+        if labels_name_groups(session):  # the same on every rank; each rank's share averaged, so all judge alike
             found = neighbour_agreement(setup, val_batches[:VAL_BATCHES], session.device)
             if ctx.ranks.all(found is not None):
-                trace.val_neighbours = NeighbourAgreement(ctx.ranks.mean(found.agreement), found.examples)
+                trace.val_neighbours = NeighbourAgreement(ctx.ranks.mean(found.agreement),
+                                                          round(ctx.ranks.mean(found.examples)))
     return trace, clip, skip
 
 

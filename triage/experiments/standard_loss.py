@@ -50,7 +50,7 @@ def standard_rule(session: Any) -> Optional[Rule]:
     checkpoint lies in [0, 1]: the model applies the sigmoid itself), MSE for a regressor; None when none
     can be read (a structured output such as a Hugging Face ModelOutput computes its own loss, with its
     own label shift) or where the labels name groups of examples, not output columns (a triplet loss on an
-embedding). Decided once per session, so every node holds the run to the same loss."""
+    embedding). Decided once per session, so every node holds the run to the same loss."""
     return session.memoised("standard_rule", lambda: _standard_rule(session))
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Optional
 
 from triage.experiments.base import Outcome
-from triage.judge.fix import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, end_of, judge_fix
 from triage.experiments.neighbours import NeighbourAgreement
+from triage.judge.fix import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, end_of, judge_fix
 from triage.judge.levels import LossLevels
 from triage.outcomes.replay import ReplayOutcome
 from triage.outcomes.verify import VerifiedFix
@@ -45,7 +45,7 @@ def judged(outcome: ReplayOutcome, *, margin: float = DEFAULT_MARGIN,
                         reference_end=outcome.reference_end, levels=outcome.levels, margin=margin,
                         level_margin=level_margin, fix_val=outcome.fix_val, reference_val=outcome.reference_val,
                         fix_neighbours=outcome.fix_val_neighbours, reference_neighbours=outcome.reference_val_neighbours,
-                        neighbour_examples=getattr(outcome, "val_neighbour_examples", None))
+                        neighbour_examples=outcome.val_neighbour_examples)
     return verdict.model_dump(exclude={"reference_end"})
 
 

@@ -50,10 +50,12 @@ ORDER_OVER_DRAWS = 10  # ... and ten times its change between two random draws (
 REWARD_PUSHED_DOWN = -0.5
 # Scores handed a loss on raw scores, all in [0, 1]: spread over at least this much of it, they are probabilities.
 SQUASHED_SPREAD = 0.5
-# Token labels that are the input token at their own place (label_shift 0), mostly one token: masked-LM labels
-# built from the already masked ids (the [MASK] id at 80% of the labelled places). An autoencoder's labels are
-# its inputs too, but text's commonest token is a few percent of it.
+# Token labels that are the input token at their own place (label_shift 0), mostly one token, on a minority of
+# the places: masked-LM labels built from the already masked ids (the [MASK] id at 80% of the 15% of places
+# labelled). An autoencoder's labels are its inputs too, at every place, and text's commonest token is a few
+# percent of them; one whose padding is labelled, or a two-token vocabulary, labels every place as well.
 COPIED_MAJORITY = 0.5
+COPIED_PLACES = 0.5
 # Where the training rows repeat one another (the chance that a row drawn from the same data repeats one already
 # drawn), validation rows drawn apart from them repeat them about as often: a recommender's (user, item) pairs
 # repeat 54% within training and 57% across the split, and the repeats are its popular pairs, which score better
@@ -414,9 +416,11 @@ NAMED: dict[str, NamedRule] = {
         "a sequence model's labels, moved from its input tokens by the data and again by its loss, train each "
         "output on a token more than 1 place ahead"),
     "labels_copy_their_input": NamedRule(
-        ("labels",), f"$labels.label_shift == 0 and $labels.majority_fraction >= {COPIED_MAJORITY}",
-        "a sequence model's labels are the input token at their own place, and half or more of them are one "
-        "token: each output is trained to copy what it is handed, mostly that one token"),
+        ("labels",), f"$labels.label_shift == 0 and $labels.majority_fraction >= {COPIED_MAJORITY} and "
+                     f"$labels.labelled_share < {COPIED_PLACES}",
+        "a sequence model's labels, on under half of the places, are the input token at their own place, and "
+        "half or more of them are one token: each output is trained to copy what it is handed, mostly that one "
+        "token"),
     # A sequence model's targets (token ids of a translation, a summary): an example's target resembles its
     # input-space neighbour's within a tenth of chance, on the scale from chance to identical.
     "sequence_targets_at_chance": NamedRule(

@@ -24,6 +24,10 @@ class LabelShift(Outcome):
         default_factory=list, description="For 0, 1 and 2 places: the share of labels that are the input token "
                                           "that many places on.",
         json_schema_extra={"words": "labels equal to the token 0, 1, 2 places on"})
+    labelled_share: Optional[float] = Field(
+        default=None, description="The share of the (B, T) places that carry a label (not ignore_index): about "
+                                  "0.15 for masked-LM labels, 1 for a language model's or an autoencoder's.",
+        json_schema_extra={"words": "places that carry a label"})
     model_shifts_labels: Optional[bool] = Field(
         default=None, description="The run's loss scores the output at t against the label at t + 1 (the model "
                                   "shifts its labels inside, as Hugging Face's *ForCausalLM do); false where "

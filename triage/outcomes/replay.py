@@ -164,12 +164,10 @@ class ReplayOutcome(VerifiedFix):
         json_schema_extra={"words": "validation loss at the end"})
     val_neighbours: Optional[float] = Field(
         default=None, description="Where the labels name groups of examples, not output columns (metric learning): "
-                                  "the share of the validation examples measured for val_final whose nearest other "
-                                  "one, by the model's output, has the same label, at the replay's end.",
+                                  "the share of the distinct validation examples measured for val_final whose "
+                                  "nearest other one, by the model's output in eval mode, has the same label, at the "
+                                  "replay's end.",
         json_schema_extra={"words": "validation nearest-neighbour agreement at the end"})
-    val_neighbour_examples: Optional[int] = Field(
-        default=None, description="The validation examples val_neighbours compared.",
-        json_schema_extra={"words": "validation examples compared by neighbours"})
     nothing_level: Optional[float] = Field(
         default=None, description="The loss of a model that learned nothing: the best constant prediction (label "
                                   "entropy, target variance), else ln K.",

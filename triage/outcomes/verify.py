@@ -61,17 +61,25 @@ class VerifiedFix(Outcome):
     reference_val_neighbours: Optional[float] = Field(
         default=None, description="The reference's, over the same steps.",
         json_schema_extra={"words": "validation neighbour agreement of the run as it was"})
+    val_neighbour_examples: Optional[int] = Field(
+        default=None, description="The distinct validation examples its neighbour agreement compared (the "
+                                  "reference's are the same batches).",
+        json_schema_extra={"words": "validation examples compared by neighbours"})
+    neighbours_higher: Optional[bool] = Field(
+        default=None, description="Its validation neighbour agreement ends above the reference's by NEIGHBOUR_Z "
+                                  "standard errors of the difference (None where not measured): for labels that "
+                                  "name groups, the figure a fix is judged by in place of the loss's values.",
+        json_schema_extra={"words": "validation neighbours clearly higher", "ranks": "all"})
     levels: Optional[LossLevels] = Field(
         default=None, description="The loss levels both are judged against (the run's loss's, or the standard "
                                   "loss's for a replay scored by it): the loss of learning nothing, and the floor.",
         json_schema_extra={"words": "loss levels judged against"})
     generalises: Optional[bool] = Field(
-        default=None, description="Its validation loss ends lower than the reference's, clearly, or, where the "
-                                  "labels name groups, its validation neighbour agreement ends higher beyond "
-                                  "binomial noise (None without validation data): a fix that only memorises the "
-                                  "snapshot is none.",
+        default=None, description="Its validation loss ends lower than the reference's, clearly (None without "
+                                  "validation data): a fix that only memorises the snapshot is none.",
         json_schema_extra={"words": "lower on validation too", "ranks": "all"})
     fix_works: Optional[bool] = Field(
-        default=None, description="Finite, better, sane and, where validation data exists, generalising: the fix is "
-                                  "verified.",
+        default=None, description="Finite, better, sane and, where validation data exists, generalising (or, where "
+                                  "the labels name groups, its validation neighbours clearly higher in place of both "
+                                  "'better' and 'generalising'): the fix is verified.",
         json_schema_extra={"words": "fix works", "ranks": "all"})
