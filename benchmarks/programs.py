@@ -7,6 +7,7 @@
     python benchmarks/programs.py --split round4          # the fourth round (held back the same way)
     python benchmarks/programs.py --split round5          # the fifth round (held back the same way)
     python benchmarks/programs.py --split round6          # the sixth round (held back the same way)
+    python benchmarks/programs.py --split round7          # the seventh round (held back the same way)
     python benchmarks/programs.py --only ctc_speech dcgan --keep /tmp/reports
     python benchmarks/programs.py --certify               # re-run every program's stock-PyTorch certificate
     python benchmarks/programs.py --sample ci             # what CI runs: a few runs, end to end
@@ -49,7 +50,7 @@ sys.path.insert(0, str(PROGRAMS))
 
 import _program  # noqa: E402  (the folder beside this file)
 
-SPLITS = ("tune", "heldout", "fresh", "round3", "round4", "round5", "round6")
+SPLITS = ("tune", "heldout", "fresh", "round3", "round4", "round5", "round6", "round7")
 # The second round, written blind from README alone after the held-back third had been read (2026-11-28): a
 # split of its own, held back like the third until its first read, whatever the hash of its name says.
 FRESH = ("distillation_kd", "clip_dual_encoder", "multilabel_bce", "wgan_gp", "byol_ema", "ordinal_regression")
@@ -61,6 +62,8 @@ ROUND4 = ("masked_autoencoder", "speech_enhancement_sisnr", "knowledge_tracing_d
 ROUND5 = ("image_captioning_lstm", "sparse_autoencoder_l1", "fixmatch_semisupervised")
 # The sixth, written blind the same way after the fifth had been read and tuned on (2026-11-29, session 11).
 ROUND6 = ("mixture_density_network", "attention_mil_bags", "bert_mlm_pretraining")
+# The seventh, written blind the same way after the sixth had been read and tuned on (2026-11-29, session 12).
+ROUND7 = ("focal_loss_imbalanced", "listnet_ranking", "gat_node_classification")
 # CI triages these runs end to end (tests/benchmarks/test_programs_benchmark.py), and re-runs CI_CERTIFY's certificate.
 CI_SAMPLE = (("keyword_spotting_cnn", "healthy"), ("keyword_spotting_cnn", "scheduler_per_batch"))
 CI_CERTIFY = ("keyword_spotting_cnn", "scheduler_per_batch")
@@ -68,8 +71,8 @@ TRIAGE_TIMEOUT_S = 900
 
 
 def split_of(name: str) -> str:
-    """A program's split, from its name alone: the second round's programs are `fresh`, the third to sixth
-    rounds' `round3` to `round6`; of the first round's, a third (hash mod 3 == 0) is held back."""
+    """A program's split, from its name alone: the second round's programs are `fresh`, the third to seventh
+    rounds' `round3` to `round7`; of the first round's, a third (hash mod 3 == 0) is held back."""
     if name in FRESH:
         return "fresh"
     if name in ROUND3:
@@ -80,6 +83,8 @@ def split_of(name: str) -> str:
         return "round5"
     if name in ROUND6:
         return "round6"
+    if name in ROUND7:
+        return "round7"
     return "heldout" if int(hashlib.sha256(name.encode()).hexdigest(), 16) % 3 == 0 else "tune"
 
 
