@@ -240,12 +240,17 @@ def _pooled_per_graph(batch: Any, x: torch.Tensor, graphs: int) -> Optional[torc
 
 def _knn_target_correlation(batches: list, p: LabelCheckParams) -> Optional[float]:
     """Leave-one-out: the Pearson correlation of each example's float target (the batch's last floating
-    tensor, one value per example) with the mean target of its nearest neighbours, on standardised inputs."""
+    tensor, one value per example) with the mean target of its nearest neighbours, on standardised inputs.
+    Where the batch holds lists (a query's documents: inputs (B, L, F) beside targets (B, L)), each item is
+    an example, read once (padding items, all alike, are one)."""
     xs, ys = [], []
+    per_item = False
     for batch in batches:
         x, target = input_tensor(batch, floating=True), regression_target(batch, None)
         if x is None or target is None or target is x:
             return None
+        if target.dim() == 2 and x.dim() == 3 and x.shape[:2] == target.shape:
+            x, target, per_item = x.reshape(-1, x.shape[-1]), target.reshape(-1), True
         y = target.reshape(target.shape[0], -1)
         if y.shape[1] != 1 or x.shape[0] != y.shape[0]:
             return None
@@ -257,7 +262,10 @@ def _knn_target_correlation(batches: list, p: LabelCheckParams) -> Optional[floa
             break
     if not ys:
         return None
-    x, y = torch.cat(xs)[:p.knn_examples], torch.cat(ys)[:p.knn_examples]
+    x, y = torch.cat(xs), torch.cat(ys)
+    if per_item:
+        x, y = distinct_inputs(x, y)
+    x, y = x[:p.knn_examples], y[:p.knn_examples]
     if len(y) <= NEIGHBOURS + 1 or float(y.std()) == 0:
         return None
     x = (x - x.mean(0)) / x.std(0).clamp_min(1e-6)
