@@ -93,7 +93,8 @@ def test_every_named_rule_says_what_it_means_and_parses():
     (None, None, None, None),   # no validation measured: unknown, never overfitting by default
 ])
 def test_val_rises_needs_a_rise_above_the_best_and_above_the_start(ratio, start, end, rises):
-    figures = {("n", "val_ratio"): ratio, ("n", "val_start"): start, ("n", "val_end"): end, ("n", "val_noise"): None}
+    figures = {("n", "val_ratio"): ratio, ("n", "val_start"): start, ("n", "val_end"): end, ("n", "val_noise"): None,
+               ("n", "nothing_level"): None}
     assert decide("val_rises(n)", figures) is rises
 
 
@@ -290,7 +291,8 @@ def test_repeats_like_training_is_an_overlap_the_datas_own_repetition_explains(s
     (1.05, 0.50, 0.60, False),  # not 10% above its best
 ])
 def test_val_rises_needs_the_end_clearly_above_the_start(ratio, start, end, rises):
-    figures = {("v", "val_ratio"): ratio, ("v", "val_start"): start, ("v", "val_end"): end, ("v", "val_noise"): None}
+    figures = {("v", "val_ratio"): ratio, ("v", "val_start"): start, ("v", "val_end"): end, ("v", "val_noise"): None,
+               ("v", "nothing_level"): None}
     assert decide("val_rises(v)", figures) is rises
 
 
@@ -321,10 +323,23 @@ def _second_difference_noise(values):
 ])
 def test_val_rises_needs_a_rise_beyond_the_validation_figures_own_noise(values, rises):
     figures = {("v", "val_ratio"): values[-1] / min(values), ("v", "val_start"): values[0],
-               ("v", "val_end"): values[-1], ("v", "val_noise"): _second_difference_noise(values)}
+               ("v", "val_end"): values[-1], ("v", "val_noise"): _second_difference_noise(values),
+               ("v", "nothing_level"): None}
     assert decide("val_rises(v)", figures) is rises
 
 
 def test_under_four_validation_figures_the_rise_alone_decides():
-    figures = {("v", "val_ratio"): 1.3, ("v", "val_start"): 0.5, ("v", "val_end"): 0.6, ("v", "val_noise"): None}
+    figures = {("v", "val_ratio"): 1.3, ("v", "val_start"): 0.5, ("v", "val_end"): 0.6, ("v", "val_noise"): None,
+               ("v", "nothing_level"): None}
     assert decide("val_rises(v)", figures) is True
+
+
+@pytest.mark.parametrize("best, end, nothing, rises", [
+    (0.0063, 0.0077, 0.49, False),  # a focal loss near its floor: 21% up, 16x its noise, 0.3% of learning nothing
+    (0.0063, 0.0077, 0.10, True),  # the same rise where learning nothing scores 0.1: 1.4% of it
+    (0.0063, 0.0077, None, True),  # no level known: the ratios decide
+])
+def test_val_rises_needs_a_rise_of_a_size_that_matters_beside_learning_nothing(best, end, nothing, rises):
+    figures = {("v", "val_ratio"): end / best, ("v", "val_start"): 0.0070, ("v", "val_end"): end,
+               ("v", "val_noise"): 8.6e-5, ("v", "nothing_level"): nothing}
+    assert decide("val_rises(v)", figures) is rises
