@@ -338,6 +338,7 @@ def test_under_four_validation_figures_the_rise_alone_decides():
     (0.0063, 0.0077, 0.49, False),  # a focal loss near its floor: 21% up, 16x its noise, 0.3% of learning nothing
     (0.0063, 0.0077, 0.10, True),  # the same rise where learning nothing scores 0.1: 1.4% of it
     (0.0063, 0.0077, None, True),  # no level known: the ratios decide
+    (0.020, 0.040, 2.30, True),  # a 10-class classifier's validation loss doubling near 0 (review, helper-25)
 ])
 def test_val_rises_needs_a_rise_of_a_size_that_matters_beside_learning_nothing(best, end, nothing, rises):
     figures = {("v", "val_ratio"): end / best, ("v", "val_start"): 0.0070, ("v", "val_end"): end,

@@ -77,3 +77,59 @@ def test_the_grades_neighbours_predict_each_documents_own_unless_they_were_shuff
         return run_experiment(LABEL_CHECK, session_of(factory)).knn_target_correlation
 
     assert with_grades(True) > 0.4 and abs(with_grades(False)) < 0.1
+
+
+def test_a_saturated_sigmoid_on_a_regressor_keeps_mse_as_its_standard_loss(tmp_path):
+    """Outputs driven to 8-10 by a sigmoid inside the loss (targets 4-8): a shift moves the loss by nothing
+    there too, but its gradient pushes every output one way, and the run is wrong_loss as before (review of
+    the shift probe, helper-25)."""
+    weights = torch.randn(8, generator=torch.Generator().manual_seed(0))
+
+    def data(seed: int, n: int):
+        x = torch.randn(n, 8, generator=torch.Generator().manual_seed(seed))
+        return x, (6 + 2 * torch.tanh(x @ weights / 3)).unsqueeze(1)
+
+    def squashed_mse(model, batch):
+        return F.mse_loss(torch.sigmoid(model(batch[0])), batch[1])
+
+    def regression():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+        (x, y), (vx, vy) = data(0, 512), data(1, 128)
+        return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), 1e-2), loss_fn=squashed_mse,
+                            batches=[(x[i:i + 64], y[i:i + 64]) for i in range(0, 512, 64)], val_batches=[(vx, vy)])
+
+    run = regression()
+    for step in range(1000):
+        run.optimizer.zero_grad()
+        run.loss_fn(run.model, run.batches[step % 8]).backward()
+        run.optimizer.step()
+    assert float(run.model(run.batches[0][0]).min()) > 5  # saturated
+    checkpoint = triage.save_checkpoint(tmp_path / "ckpt.pt", run.model, run.optimizer, step=1000)
+    report, _ = triage.run(regression, checkpoint, out=tmp_path / "report")
+    assert report.root_cause == "wrong_loss"
+    assert report.experiment("outputs").outcome["standard_rule"] == "mse"
+
+
+def test_a_forecasters_window_steps_are_not_read_as_examples():
+    """Past window (B, 24, 1) beside the next window (B, 24): each target step depends on the whole window, so
+    the model does not score the steps each on its own, and reading them as examples paired each input step
+    with the value 24 steps later (correlation 0.05: a healthy forecaster called label_bug; review, helper-25)."""
+    from tests._instrument_runs import run as run_experiment, session_of
+    from triage.experiments.labels import LABEL_CHECK
+
+    def forecaster():
+        g = torch.Generator().manual_seed(0)
+        noise, series = torch.randn(4000, generator=g), torch.zeros(4000)
+        for t in range(1, 4000):
+            series[t] = 0.9 * series[t - 1] + noise[t]
+        starts = torch.arange(0, 3072, 3)
+        x = torch.stack([series[i:i + 24] for i in starts]).unsqueeze(-1)
+        y = torch.stack([series[i + 24:i + 48] for i in starts])
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Flatten(), nn.Linear(24, 64), nn.ReLU(), nn.Linear(64, 24))
+        return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), 1e-3),
+                            loss_fn=lambda m, b: F.mse_loss(m(b[0]), b[1]),
+                            batches=[(x[i:i + 32], y[i:i + 32]) for i in range(0, 1024, 32)])
+
+    assert run_experiment(LABEL_CHECK, session_of(forecaster)).knn_target_correlation is None

@@ -13,12 +13,12 @@ from pydantic import Field
 from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.fingerprint import graph_membership
 from triage.experiments.label_shift import measure_shift
-from triage.experiments.levels import regression_target
+from triage.experiments.levels import regression_target, top_output
 from triage.experiments.pairing import pair_lift, paired_views
 from triage.experiments.loss_inputs import binary_targets, loss_broadcast
 from triage.experiments.neighbours import leave_one_out_agreement
 from triage.experiments.sequence_targets import distinct_inputs, target_lift, token_bags
-from triage.batches import named_tensors, to_device
+from triage.batches import named_tensors, replace_tensor, to_device
 from triage.experiments.probes import (IGNORE_INDEX, class_targets, example_weights, input_tensor, labels_unread,
                                        loss_reads, model_output, reward_push)
 from triage.outcomes.labels import NEIGHBOURS, LabelCheckOutcome
@@ -54,7 +54,7 @@ def _labels(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     broadcast = loss_broadcast(session.setup, batches[0], session.device)
     ctx.restart()
     if labels_unread(session):
-        return LabelCheckOutcome(is_classification=False, knn_target_correlation=_knn_target_correlation(batches, p),
+        return LabelCheckOutcome(is_classification=False, knn_target_correlation=_knn_target_correlation(session, p),
                                  target_broadcast=broadcast)
     reads = loss_reads(session.setup, batches[0], session.device) if class_targets(batches[0]) is not None else None
     read = reads.by_loss if reads is not None else []
@@ -65,7 +65,7 @@ def _labels(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     logits = model_output(session.setup, batches[0], session.device) if targets[0] is not None else None
     ctx.restart()  # the probe's forward may have moved BatchNorm statistics
     if targets[0] is None or logits is None or logits.shape[-1] < 2 or not _paired(targets[0], logits):
-        return LabelCheckOutcome(is_classification=False, knn_target_correlation=_knn_target_correlation(batches, p),
+        return LabelCheckOutcome(is_classification=False, knn_target_correlation=_knn_target_correlation(session, p),
                                  target_broadcast=broadcast)
     k = int(logits.shape[-1])
     per_batch = [t.reshape(-1)[t.reshape(-1) != p.ignore_index].long().cpu() for t in targets if t is not None]
@@ -76,7 +76,7 @@ def _labels(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
     read_as_indices = _out_of_range_read(ctx, targets, k, p.ignore_index)
     if read_as_indices is False and counts.numel() > labels.numel() / 2:
         # The loss ran on values no class index can take, nearly one per example: an example's id, not a label.
-        return LabelCheckOutcome(is_classification=False, knn_target_correlation=_knn_target_correlation(batches, p),
+        return LabelCheckOutcome(is_classification=False, knn_target_correlation=_knn_target_correlation(session, p),
                                  target_broadcast=broadcast, out_of_range_read=False)
     distinct = int(counts.numel())
     single_batches = sum(int(t.unique().numel()) == 1 for t in per_batch if t.numel())
@@ -238,19 +238,20 @@ def _pooled_per_graph(batch: Any, x: torch.Tensor, graphs: int) -> Optional[torc
     return torch.cat([sums / counts.clamp_min(1)[:, None], counts[:, None]], 1)
 
 
-def _knn_target_correlation(batches: list, p: LabelCheckParams) -> Optional[float]:
+def _knn_target_correlation(session: Any, p: LabelCheckParams) -> Optional[float]:
     """Leave-one-out: the Pearson correlation of each example's float target (the batch's last floating
     tensor, one value per example) with the mean target of its nearest neighbours, on standardised inputs.
-    Where the batch holds lists (a query's documents: inputs (B, L, F) beside targets (B, L)), each item is
-    an example, read once (padding items, all alike, are one)."""
+    Where the batch holds lists whose items the model scores each on its own (a query's documents: inputs
+    (B, L, F) beside targets (B, L), `_items_scored_alone`), each item is an example, read once (padding
+    items, all alike, are one); a forecaster's steps, whose targets depend on the whole window, are not."""
     xs, ys = [], []
-    per_item = False
-    for batch in batches:
+    per_item = _items_scored_alone(session)
+    for batch in session.batches:
         x, target = input_tensor(batch, floating=True), regression_target(batch, None)
         if x is None or target is None or target is x:
             return None
-        if target.dim() == 2 and x.dim() == 3 and x.shape[:2] == target.shape:
-            x, target, per_item = x.reshape(-1, x.shape[-1]), target.reshape(-1), True
+        if per_item and target.dim() == 2 and x.dim() == 3 and x.shape[:2] == target.shape:
+            x, target = x.reshape(-1, x.shape[-1]), target.reshape(-1)
         y = target.reshape(target.shape[0], -1)
         if y.shape[1] != 1 or x.shape[0] != y.shape[0]:
             return None
@@ -274,6 +275,25 @@ def _knn_target_correlation(batches: list, p: LabelCheckParams) -> Optional[floa
     neighbours = distances.topk(NEIGHBOURS, largest=False).indices  # (N, NEIGHBOURS)
     predicted = y[neighbours].mean(1)
     return float(torch.corrcoef(torch.stack([y, predicted]))[0, 1])
+
+
+def _items_scored_alone(session: Any) -> bool:
+    """The first batch holds lists (inputs (B, L, F) beside targets (B, L)) and the model scores each item
+    on its own: the items reordered along L, its output (in eval mode) is reordered the same way."""
+    batch = session.batches[0]
+    x, target = input_tensor(batch, floating=True), regression_target(batch, None)
+    if x is None or target is None or target.dim() != 2 or x.dim() != 3 or x.shape[:2] != target.shape \
+            or x.shape[1] < 2:
+        return False
+    name = next((n for n, t in named_tensors(batch) if t is x), None)
+    order = torch.roll(torch.arange(x.shape[1]), 1).to(x.device)
+    with untouched_buffers_and_rng(session.setup.model):
+        output = top_output(session.setup, batch)
+        moved = top_output(session.setup, replace_tensor(batch, name, x[:, order])) if name else None
+    if output is None or moved is None or output.shape[:2] != target.shape or moved.shape != output.shape:
+        return False
+    scale = float(output.abs().max()) or 1.0
+    return bool(torch.allclose(moved, output[:, order], rtol=1e-4, atol=1e-5 * scale))
 
 
 def _token_counts(tokens: Optional[torch.Tensor], labels: Optional[torch.Tensor],

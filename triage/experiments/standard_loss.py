@@ -60,47 +60,51 @@ def _standard_rule(session: Any) -> Optional[Rule]:
     levels = loss_levels(session)
     if levels.kind == "classification" and levels.constant is not None:
         return "cross_entropy"
-    if levels.kind in ("binary", "regression") and _scores_outputs_against_one_another(session):
-        return None
     if levels.kind == "binary":
         output = top_output(session.setup, session.batches[0])
         squashed = output is not None and bool(((output >= 0) & (output <= 1)).all())
-        return "binary_cross_entropy_on_probabilities" if squashed else "binary_cross_entropy"
-    if levels.kind == "regression":
-        return "soft_cross_entropy" if _distributions(session.batches[:PROBE_BATCHES]) else "mse"
-    return None
+        rule = "binary_cross_entropy_on_probabilities" if squashed else "binary_cross_entropy"
+    elif levels.kind == "regression":
+        if _distributions(session.batches[:PROBE_BATCHES]):
+            return "soft_cross_entropy"
+        rule = "mse"
+    else:
+        return None
+    return None if _scores_outputs_against_one_another(session) else rule
 
 
-SHIFT = 3.0  # the constant added to every output, in units of their spread (plus one)
-
-
-@torch.no_grad()
 def _scores_outputs_against_one_another(session: Any) -> bool:
-    """The run's loss is unchanged (to 1e-4 of itself) by one constant added to every output of the first
-    batch: it scores the outputs against one another (ListNet's softmax over a query's documents, a pairwise
-    ranking loss), and MSE or BCE, which read the outputs' level, are no standard for it (a healthy ListNet run
-    drifts its scores' level while its ranking holds: the MSE of its outputs rose 2.2 -> 5.1 in 60 steps)."""
+    """The run's loss does not move when one constant is added to every output of the first batch: its
+    gradient on the outputs sums to nothing against its size (to 1e-4), as ListNet's softmax over a query's
+    documents or a pairwise ranking loss does, so it scores the outputs against one another, and MSE or BCE,
+    which read their level, are no standard for it (a healthy ListNet run drifts its scores' level while its
+    ranking holds: the MSE of its outputs rose 2.2 -> 5.1 in 60 steps). A gradient, not a loss compared
+    before and after a shift: a sigmoid on a regressor's output saturates, and a shift then moves the loss by
+    nothing either, while its gradient, small, pushes every output the same way."""
     setup, batch = session.setup, session.batches[0]
-    output = top_output(setup, batch)
-    if output is None or output.numel() < 2:
-        return False
-    finite = output[torch.isfinite(output)]
-    shift = SHIFT * float(finite.std()) + 1.0 if finite.numel() > 1 else 1.0
+    captured: list[torch.Tensor] = []
 
-    def shifted(module, inputs, out):
-        return out + shift if isinstance(out, torch.Tensor) and out.is_floating_point() else out
+    def hook(module, inputs, output):
+        tensor = output if isinstance(output, torch.Tensor) and output.is_floating_point() else None
+        if tensor is not None and tensor.requires_grad and not captured:
+            captured.append(tensor)
 
-    with untouched_buffers_and_rng(setup.model):
-        own = loss_value(setup.loss_fn(setup.model, batch))
-    handle = setup.model.register_forward_hook(shifted)
+    handle = setup.model.register_forward_hook(hook)
     try:
-        with untouched_buffers_and_rng(setup.model):
-            moved = loss_value(setup.loss_fn(setup.model, batch))
-    except Exception:  # noqa: BLE001 - a loss that cannot take the shifted outputs reads their level
+        with untouched_buffers_and_rng(setup.model), torch.enable_grad():
+            loss = setup.loss_fn(setup.model, batch)
+            if not captured or not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+                return False
+            (grad,) = torch.autograd.grad(loss, captured[0], allow_unused=True)
+    except Exception:  # noqa: BLE001 - the loss ran before (loss_levels); here it only tells what it reads
         return False
     finally:
         handle.remove()
-    return math.isfinite(own) and math.isfinite(moved) and abs(moved - own) <= 1e-4 * max(abs(own), 1e-8)
+    if grad is None:
+        return False
+    grad = grad.double()
+    size = float(grad.abs().sum())
+    return size > 0 and math.isfinite(size) and abs(float(grad.sum())) <= 1e-4 * size
 
 
 def _distributions(batches: list[Any]) -> bool:
