@@ -319,13 +319,14 @@ def _label_pushes(session: Any, batch: Any) -> Optional[torch.Tensor]:
     return grad[torch.arange(labels.shape[0], device=grad.device)[inside], labels[inside].to(grad.device)].cpu()
 
 
-def output_gradient(session: Any, batch: Any, rows: int) -> Optional[torch.Tensor]:
-    """The loss's gradient on the model's output, where that is (rows, K) and carries one; else None."""
+def output_gradient(session: Any, batch: Any, rows: Optional[int]) -> Optional[torch.Tensor]:
+    """The loss's gradient on the model's output, where that is (rows, K) (of any shape for `rows` None) and
+    carries one; else None."""
     setup = session.setup
     captured: list[torch.Tensor] = []
 
     def hook(module, inputs, output):
-        tensor = first_floating(output)
+        tensor = first_floating(output, min_dim=2 if rows is not None else 1)
         if tensor is not None and not captured:
             captured.append(tensor)
 
@@ -338,7 +339,8 @@ def output_gradient(session: Any, batch: Any, rows: int) -> Optional[torch.Tenso
     finally:
         handle.remove()
     output = captured[0] if captured else None
-    if (output is None or not output.requires_grad or output.dim() != 2 or output.shape[0] != rows
+    shaped = rows is None or (output is not None and output.dim() == 2 and output.shape[0] == rows)
+    if (output is None or not output.requires_grad or not shaped
             or not isinstance(loss, torch.Tensor) or not loss.requires_grad):
         return None
     (grad,) = torch.autograd.grad(loss, output, allow_unused=True)

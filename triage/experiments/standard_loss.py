@@ -28,10 +28,10 @@ from triage.experiments.levels import (PROBE_BATCHES, LossLevels, best_constant_
                                        class_prior, constant_loss, loss_levels, regression_target,
                                        target_mean, top_output)
 from triage.experiments.neighbours import labels_name_groups
-from triage.experiments.probes import IGNORE_INDEX, class_targets
+from triage.experiments.probes import IGNORE_INDEX, class_targets, output_gradient
 from triage.experiments.replay import ReplayParams
 from triage.experiments.replay import measure as replay
-from triage.experiments.training import autocast, loss_value, start_end, untouched_buffers_and_rng
+from triage.experiments.training import autocast, loss_value, start_end
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, paired_with
 from triage.views import Curve, Line
 from triage.outcomes.standard_loss import Rule, StandardLossOutcome
@@ -81,25 +81,7 @@ def _scores_outputs_against_one_another(session: Any) -> bool:
     ranking holds: the MSE of its outputs rose 2.2 -> 5.1 in 60 steps). A gradient, not a loss compared
     before and after a shift: a sigmoid on a regressor's output saturates, and a shift then moves the loss by
     nothing either, while its gradient, small, pushes every output the same way."""
-    setup, batch = session.setup, session.batches[0]
-    captured: list[torch.Tensor] = []
-
-    def hook(module, inputs, output):
-        tensor = output if isinstance(output, torch.Tensor) and output.is_floating_point() else None
-        if tensor is not None and tensor.requires_grad and not captured:
-            captured.append(tensor)
-
-    handle = setup.model.register_forward_hook(hook)
-    try:
-        with untouched_buffers_and_rng(setup.model), torch.enable_grad():
-            loss = setup.loss_fn(setup.model, batch)
-            if not captured or not isinstance(loss, torch.Tensor) or not loss.requires_grad:
-                return False
-            (grad,) = torch.autograd.grad(loss, captured[0], allow_unused=True)
-    except Exception:  # noqa: BLE001 - the loss ran before (loss_levels); here it only tells what it reads
-        return False
-    finally:
-        handle.remove()
+    grad = output_gradient(session, session.batches[0], None)
     if grad is None:
         return False
     grad = grad.double()
