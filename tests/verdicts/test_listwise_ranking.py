@@ -39,13 +39,13 @@ def list_net(model, batch):
     return torch.mean(-torch.sum(F.softmax(grades, 1) * torch.log(F.softmax(scores, 1) + 1e-10), 1))
 
 
-def setup():
+def setup(aligned: bool = True):
     torch.manual_seed(0)
     model = nn.Sequential(nn.LayerNorm(FEATURES), nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
                           nn.Linear(64, 1), nn.Flatten(-2))  # a score per document: (queries, SLATE)
     for weight in (p for p in model.parameters() if p.dim() > 1):
         nn.init.xavier_uniform_(weight)  # allRank's init
-    (x, y), (vx, vy) = slates(0, 640), slates(1, 128)
+    (x, y), (vx, vy) = slates(0, 640, aligned), slates(1, 128, aligned)
     return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-3), loss_fn=list_net,
                         batches=[(x[i:i + 16], y[i:i + 16]) for i in range(0, 640, 16)],
                         val_batches=[(vx[i:i + 16], vy[i:i + 16]) for i in range(0, 128, 16)])
@@ -62,6 +62,25 @@ def test_a_healthy_listnet_run_is_not_held_to_mse_on_its_grades(tmp_path):
     assert report.root_cause == "healthy"
     assert report.experiment("standard_loss") is None
     assert report.experiment("outputs").outcome["standard_rule"] is None
+
+
+def test_grades_shuffled_within_their_query_are_a_label_bug(tmp_path):
+    """The seventh round's miss: the grades' pairing with their documents measured right (correlation ~0), but
+    "the model can learn" failed: 2 slates fell from 3.1 towards their grades' entropy (2.5), never to half
+    of 3.1. What 2 slates memorise is read against a perfect prediction's loss on them (was unexplained)."""
+    def shuffled():
+        return setup(aligned=False)
+
+    run = shuffled()
+    for step in range(200):
+        run.optimizer.zero_grad()
+        run.loss_fn(run.model, run.batches[step % len(run.batches)]).backward()
+        run.optimizer.step()
+    torch.save(run.model.state_dict(), tmp_path / "model.pkl")
+    report, _ = triage.run(shuffled, tmp_path / "model.pkl", out=tmp_path / "report")
+    assert report.root_cause == "label_bug"
+    subset = report.experiment("label_signal").outcome
+    assert subset["perfect_gap_ratio"] < 0.5 < subset["loss_ratio"]
 
 
 def test_the_grades_neighbours_predict_each_documents_own_unless_they_were_shuffled():

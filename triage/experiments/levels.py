@@ -80,18 +80,16 @@ def _measure(session: Any) -> LossLevels:
         constant = None if prior is None else constant_loss(setup, batches, prior.log())
         return LossLevels(kind="classification", num_classes=k, chance=math.log(k), constant=constant,
                           floor=None if example_weights(session)  # a weighted likelihood: no least value known
-                          else _floor(constant, loss_with_output(setup, batches, _margin_on_the_label)))
+                          else _floor(constant, perfect_loss(setup, batches, "classification")))
     mean = target_mean(session.batches, output)
     if mean is None:
         return _several_per_target(setup, session.batches, batches, output)
     if binary_targets(session.batches, output):
         constant = best_constant_loss(setup, batches, binary_constants(mean))
-        perfect = [loss_with_output(setup, batches, make) for make in (_the_target, _target_logit)]
-        return LossLevels(kind="binary", constant=constant,
-                          floor=_floor(constant, min((v for v in perfect if v is not None), default=None)))
+        return LossLevels(kind="binary", constant=constant, floor=_floor(constant, perfect_loss(setup, batches, "binary")))
     constant = constant_loss(setup, batches, mean)
     return LossLevels(kind="regression", constant=constant,
-                      floor=_floor(constant, loss_with_output(setup, batches, _the_target)))
+                      floor=_floor(constant, perfect_loss(setup, batches, "regression")))
 
 
 def _several_per_target(setup: Any, snapshot: list[Any], batches: list[Any], output: torch.Tensor) -> LossLevels:
@@ -119,6 +117,17 @@ def _the_target_in_every_column(output: torch.Tensor, batch: Any) -> Optional[to
     if target is None:
         return None
     return target.reshape(output.shape[:-1]).unsqueeze(-1).expand_as(output).to(output.dtype).clone()
+
+
+def perfect_loss(setup: Any, batches: list[Any], kind: str) -> Optional[float]:
+    """The run's mean loss over `batches` on a perfect prediction for levels of `kind` (a margin on the true
+    class; the 0/1 target or its logit, the lower; the target itself), None where none can be built. Not
+    capped: where the target is a distribution (a listwise loss's grades, soft labels), it is the least the
+    loss scores on those batches, their entropy, not 0."""
+    makers = {"classification": (_margin_on_the_label,), "binary": (_the_target, _target_logit),
+              "regression": (_the_target,)}.get(kind, ())
+    values = [v for v in (loss_with_output(setup, batches, make) for make in makers) if v is not None]
+    return min(values, default=None)
 
 
 PERFECT_MARGIN = 30.0  # logits: the true class 30 above the rest, a probability within 1e-13 of 1

@@ -24,7 +24,7 @@ from triage.experiments.fingerprint import first_examples
 from triage.experiments.interventions import held_at_peak, swap_saturating, unfrozen, unsquash, unsquashed
 from triage.experiments.loss_inputs import score_losses
 from triage.experiments.label_shift import realigned
-from triage.experiments.levels import loss_levels
+from triage.experiments.levels import loss_levels, perfect_loss
 from triage.experiments.neighbours import NeighbourAgreement, labels_name_groups, neighbour_agreement
 from triage.experiments.own_step import Candidate, OwnStep
 from triage.experiments.probes import IGNORE_INDEX
@@ -37,7 +37,7 @@ from triage.experiments.training import (autocast, current_lr, grad_scaler, loss
 from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, paired_with
 from triage.judge.extension import ReferenceFigures, worth_more_steps
 from triage.judge.fix import end_of, highest_working_end, sane_level
-from triage.judge.levels import below_floor
+from triage.judge.levels import below_floor, gap_ratio
 from triage.judge.named import WEIGHTS_STILL
 from triage.judge.race import Bar, lowest, noise, out_of_contention
 from triage.views import Curve, Line
@@ -154,6 +154,7 @@ class _Trace:
     batch_order: list[int] = field(default_factory=list)  # call k trains on snapshot batch batch_order[k % len]
     overflowed: list[bool] = field(default_factory=list)  # per call: a scaler skipped its update
     accumulates: bool = False  # the run's own step took calls that neither stepped nor were skipped
+    perfect: Optional[float] = None  # a subset's loss on a perfect prediction, at the start
 
     def record(self, rows: list[list[float]]) -> tuple[float, float]:
         """One step's (loss, gradient norm, ...) on every rank. The step's figures are their means (a DDP step
@@ -397,6 +398,8 @@ def _run(ctx: Context, p: ReplayParams, setup, peak_ratio: Optional[float], keep
             else "Setup.auxiliary_terms names none"))
     if trace.not_applicable:
         return trace, clip, skip
+    if p.subset:
+        trace.perfect = _perfect_on(ctx, setup, batches)
     scale_weight_decay(optimizer, p.wd_scale)
     schedule = RunSchedule(None if held else setup.scheduler, setup.scheduler_interval, setup.steps_per_epoch,
                            getattr(session.checkpoint, "step", None))
@@ -569,6 +572,13 @@ def _typical_norm(ctx: Context, node: str) -> float:
     return _measured_by(ctx, node, "grad_norm_start", "typical gradient norm to clip at")
 
 
+def _perfect_on(ctx: Context, setup: Any, batches: list[Any]) -> Optional[float]:
+    """The loss of a perfect prediction of `batches`, the same on every rank (their mean; None on all where
+    one rank could not build it)."""
+    every = ctx.ranks.gather(perfect_loss(setup, batches, loss_levels(ctx.session).kind))
+    return None if None in every else sum(every) / len(every)
+
+
 def _flagged_batches(ctx: Context, node: Optional[str], field: str = "outliers") -> list[int]:
     if node is None:
         return []
@@ -609,6 +619,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         nothing_level=nothing, loss_floor=levels.floor,
         below_floor=below_floor(levels, min(finite_losses) if finite_losses else None),
         level_ratio=end / nothing if end is not None and nothing and nothing > 0 and finite else None,
+        perfect_loss=t.perfect, perfect_gap_ratio=gap_ratio(start, end, t.perfect) if finite else None,
         pace_vs_run=pace_vs_run(ctx.session, finite_losses, nothing) if finite and p.init == "checkpoint" else None,
         steps_run=len(t.losses), losses=t.losses, grad_norms=t.norms, lrs=t.lrs,
         val_steps=t.val_steps, val_losses=t.val_losses, skipped=skipped, **_overflows(t),

@@ -437,11 +437,14 @@ NAMED: dict[str, NamedRule] = {
         ("labels",), f"not $labels.is_classification and $labels.knn_target_correlation < {KNN_TARGET_CORRELATION}",
         "a regressor's targets correlate under 0.1 with those of their nearest neighbours in input space"),
     # Or it ends under half the loss of learning nothing: a model that already nearly fits the two examples
-    # (a tabular net starting at 0.29 on them, chance 0.67) has little left to halve.
+    # (a tabular net starting at 0.29 on them, chance 0.67) has little left to halve. Or it more than halved
+    # its distance to a perfect prediction: a listwise loss over 2 slates falls from 3.1 towards their grades'
+    # entropy (2.5), never to half of 3.1.
     "memorises": NamedRule(
-        ("replay",), f"$replay.loss_ratio < {MEMORISES} or $replay.level_ratio < {MEMORISES}",
-        "the replay (on a tiny subset) more than halved its loss, or ended under half the loss of learning "
-        "nothing: the model learns what it is given"),
+        ("replay",), f"$replay.loss_ratio < {MEMORISES} or $replay.level_ratio < {MEMORISES} "
+                     f"or $replay.perfect_gap_ratio < {MEMORISES}",
+        "the replay (on a tiny subset) more than halved its loss or its distance to a perfect prediction's loss, "
+        "or ended under half the loss of learning nothing: the model learns what it is given"),
     "val_rises": NamedRule(
         ("replay",), f"$replay.val_ratio > {VAL_ABOVE_BEST} and $replay.val_end > {VAL_ABOVE_START} * $replay.val_start "
                      f"and ($replay.val_noise == none or $replay.val_end - $replay.val_end / $replay.val_ratio > "

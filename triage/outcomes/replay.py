@@ -181,6 +181,14 @@ class ReplayOutcome(VerifiedFix):
                                   "0.1 a replay near the plateau threshold has stalled. Replays from the checkpoint "
                                   "only.",
         json_schema_extra={"words": "learning pace vs the run before", "unit": "×"})
+    perfect_loss: Optional[float] = Field(
+        default=None, description="A replay on a few examples: their loss on a perfect prediction, at the start "
+                                  "(0 for cross-entropy or MSE; a listwise or soft-target loss's targets' entropy).",
+        json_schema_extra={"words": "loss of a perfect prediction of the subset"})
+    perfect_gap_ratio: Optional[float] = Field(
+        default=None, description="A replay on a few examples: (loss_end - perfect_loss) / (loss_start - "
+                                  "perfect_loss), the share of its distance to a perfect prediction it kept.",
+        json_schema_extra={"words": "distance to a perfect prediction, end / start", "unit": "×"})
     loss_floor: Optional[float] = Field(
         default=None, description="The least this loss can score (0 for cross-entropy, MSE, BCE, ...), where "
                                   "measured: its value on a perfect prediction.",
