@@ -124,7 +124,7 @@ def perfect_loss(setup: Any, batches: list[Any], kind: str) -> Optional[float]:
     class; the 0/1 target or its logit, the lower; the target itself), None where none can be built. Not
     capped: where the target is a distribution (a listwise loss's grades, soft labels), it is the least the
     loss scores on those batches, their entropy, not 0."""
-    makers = {"classification": (_margin_on_the_label,), "binary": (_the_target, _target_logit),
+    makers = {"classification": (margin_on_the_label,), "binary": (_the_target, target_logit),
               "regression": (_the_target,)}.get(kind, ())
     values = [v for v in (loss_with_output(setup, batches, make) for make in makers) if v is not None]
     return min(values, default=None)
@@ -140,12 +140,12 @@ def _floor(constant: Optional[float], perfect: Optional[float]) -> Optional[floa
     return min(0.0, perfect)
 
 
-def _margin_on_the_label(output: torch.Tensor, batch: Any) -> Optional[torch.Tensor]:
+def margin_on_the_label(output: torch.Tensor, batch: Any, margin: float = PERFECT_MARGIN) -> Optional[torch.Tensor]:
     y = class_targets(batch)
     if y is None or tuple(y.shape) != tuple(output.shape[:-1]):
         return None
     y = y.long().clamp(0, output.shape[-1] - 1)  # an ignored (-100) position is ignored by the loss too
-    return torch.nn.functional.one_hot(y, output.shape[-1]).to(output.dtype) * PERFECT_MARGIN
+    return torch.nn.functional.one_hot(y, output.shape[-1]).to(output.dtype) * margin
 
 
 def _the_target(output: torch.Tensor, batch: Any) -> Optional[torch.Tensor]:
@@ -153,9 +153,9 @@ def _the_target(output: torch.Tensor, batch: Any) -> Optional[torch.Tensor]:
     return target.reshape(output.shape).to(output.dtype) if target is not None else None
 
 
-def _target_logit(output: torch.Tensor, batch: Any) -> Optional[torch.Tensor]:
+def target_logit(output: torch.Tensor, batch: Any, margin: float = PERFECT_MARGIN) -> Optional[torch.Tensor]:
     target = _the_target(output, batch)
-    return (target * 2 - 1) * PERFECT_MARGIN if target is not None else None
+    return (target * 2 - 1) * margin if target is not None else None
 
 
 def loss_with_output(setup: Any, batches: list[Any], swap,

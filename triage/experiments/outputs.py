@@ -11,11 +11,16 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.interventions import unsquash
+from triage.experiments.confident import unstable_when_confident
+from triage.experiments.levels import loss_levels
 from triage.experiments.loss_inputs import score_losses
 from triage.experiments.probes import mean_loss, model_outputs
 from triage.experiments.standard_loss import Comparison, compare_at_checkpoint, standard_levels, standard_rule
 from triage.batches import named_tensors
 from triage.outcomes.outputs import OutputCheckOutcome
+
+
+UNSTABLE_BATCHES = 1  # batches the loss's gradient at confident predictions is read on (every example at once)
 
 
 class OutputCheckParams(Params):
@@ -41,6 +46,10 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
     scores = dict(scores_squashed=seen.squashed, targets_discrete=all(_discrete_targets(b) for b in batches),
                   scores_unsquashed_loss=None, scores_min=seen.low if math.isfinite(seen.low) else None,
                   scores_max=seen.high if math.isfinite(seen.high) else None)
+    unstable = unstable_when_confident(setup, batches[:UNSTABLE_BATCHES], loss_levels(session).kind, device)
+    if unstable is not None:
+        scores.update(unstable_margin=unstable.margin, unstable_op=unstable.op, unstable_source=unstable.source,
+                      unstable_line=unstable.line)
     if seen.squashed:  # one more pass of forwards, with the scores unsquashed
         scores["scores_unsquashed_loss"] = _scores_unsquashed_loss(setup, batches, device)
         ctx.restart()

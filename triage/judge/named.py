@@ -342,6 +342,12 @@ NAMED: dict[str, NamedRule] = {
         ("outputs",), f"$outputs.scores_squashed and $outputs.scores_max - $outputs.scores_min >= {SQUASHED_SPREAD}",
         "every value the run's loss handed binary_cross_entropy_with_logits or cross_entropy lay in [0, 1], "
         "spread over half of it"),
+    # The loss is finite on confident predictions but its gradient is not: training runs until one example is
+    # that sure, and then every weight turns NaN at once (a focal loss with gamma under 1).
+    "nan_when_confident": NamedRule(
+        ("outputs",), "$outputs.unstable_margin != none",
+        "the run's loss is finite where the model is sure of every example (a margin of 10 to 30 logits on its "
+        "class), but its gradient on the output is not"),
     "loss_of_its_own": NamedRule(
         ("outputs",), f"$outputs.gradient_vs_standard > {OWN_LOSS_GRADIENT}",
         "the gradient the run's loss sends into the output differs from the standard loss's by over 5%"),

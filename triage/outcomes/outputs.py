@@ -61,6 +61,20 @@ class OutputCheckOutcome(Outcome):
         default=None, description="The loss with those scores' squashing undone (log of probability rows, logit of "
                                   "[0, 1] values) where the score loss receives them.",
         json_schema_extra={"words": "loss on the scores unsquashed"})
+    unstable_margin: Optional[float] = Field(
+        default=None, description="The least margin (of 10, 20, 30 logits) on every example's true class at which "
+                                  "the run's loss is finite and its gradient on the output is not: once the model "
+                                  "is that sure of one example, the batch's gradient is NaN. None where it stays "
+                                  "finite, or no classifier's prediction could be built.",
+        json_schema_extra={"words": "margin at which the loss's gradient turns non-finite", "unit": "logits"})
+    unstable_op: Optional[str] = Field(
+        default=None, description="The backward op autograd's anomaly mode named for that non-finite gradient.",
+        json_schema_extra={"words": "op whose gradient turns non-finite"})
+    unstable_source: Optional[str] = Field(
+        default=None, description="file:line of the user's forward call that built that op.",
+        json_schema_extra={"words": "where that op is built"})
+    unstable_line: Optional[str] = Field(
+        default=None, description="That line of source.", json_schema_extra={"words": "its line"})
     targets_discrete: bool = Field(
         default=False, description="The targets are class indices or 0/1 values (what a loss on scores expects; pixel "
                                    "intensities are not).",
