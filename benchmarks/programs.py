@@ -8,6 +8,7 @@
     python benchmarks/programs.py --split round5          # the fifth round (held back the same way)
     python benchmarks/programs.py --split round6          # the sixth round (held back the same way)
     python benchmarks/programs.py --split round7          # the seventh round (held back the same way)
+    python benchmarks/programs.py --split round8          # the eighth round (held back the same way)
     python benchmarks/programs.py --only ctc_speech dcgan --keep /tmp/reports
     python benchmarks/programs.py --certify               # re-run every program's stock-PyTorch certificate
     python benchmarks/programs.py --sample ci             # what CI runs: a few runs, end to end
@@ -50,7 +51,7 @@ sys.path.insert(0, str(PROGRAMS))
 
 import _program  # noqa: E402  (the folder beside this file)
 
-SPLITS = ("tune", "heldout", "fresh", "round3", "round4", "round5", "round6", "round7")
+SPLITS = ("tune", "heldout", "fresh", "round3", "round4", "round5", "round6", "round7", "round8")
 # The second round, written blind from README alone after the held-back third had been read (2026-11-28): a
 # split of its own, held back like the third until its first read, whatever the hash of its name says.
 FRESH = ("distillation_kd", "clip_dual_encoder", "multilabel_bce", "wgan_gp", "byol_ema", "ordinal_regression")
@@ -64,6 +65,10 @@ ROUND5 = ("image_captioning_lstm", "sparse_autoencoder_l1", "fixmatch_semisuperv
 ROUND6 = ("mixture_density_network", "attention_mil_bags", "bert_mlm_pretraining")
 # The seventh, written blind the same way after the sixth had been read and tuned on (2026-11-29, session 12).
 ROUND7 = ("focal_loss_imbalanced", "listnet_ranking", "gat_node_classification")
+# The eighth, written blind the same way after the seventh had been read and tuned on (2026-11-29, session 13).
+ROUND8 = ("edsr_super_resolution", "vqvae_codebook", "cpc_infonce_audio")
+ROUNDS = {"fresh": FRESH, "round3": ROUND3, "round4": ROUND4, "round5": ROUND5, "round6": ROUND6, "round7": ROUND7,
+          "round8": ROUND8}
 # CI triages these runs end to end (tests/benchmarks/test_programs_benchmark.py), and re-runs CI_CERTIFY's certificate.
 CI_SAMPLE = (("keyword_spotting_cnn", "healthy"), ("keyword_spotting_cnn", "scheduler_per_batch"))
 CI_CERTIFY = ("keyword_spotting_cnn", "scheduler_per_batch")
@@ -71,20 +76,11 @@ TRIAGE_TIMEOUT_S = 900
 
 
 def split_of(name: str) -> str:
-    """A program's split, from its name alone: the second round's programs are `fresh`, the third to seventh
-    rounds' `round3` to `round7`; of the first round's, a third (hash mod 3 == 0) is held back."""
-    if name in FRESH:
-        return "fresh"
-    if name in ROUND3:
-        return "round3"
-    if name in ROUND4:
-        return "round4"
-    if name in ROUND5:
-        return "round5"
-    if name in ROUND6:
-        return "round6"
-    if name in ROUND7:
-        return "round7"
+    """A program's split, from its name alone: the second round's programs are `fresh`, the third to eighth
+    rounds' `round3` to `round8`; of the first round's, a third (hash mod 3 == 0) is held back."""
+    for split, names in ROUNDS.items():
+        if name in names:
+            return split
     return "heldout" if int(hashlib.sha256(name.encode()).hexdigest(), 16) % 3 == 0 else "tune"
 
 
