@@ -74,6 +74,7 @@ SHIFTED_SHARE = 0.5
 NEAR_SHARE = 0.2
 NEAR_COUNT = 10
 DECAYED_LR = 0.01  # the schedule's LR now under 1% of its peak, past the peak: decayed to ~0
+BROUGHT_DOWN_LR = 0.1  # ... under a tenth of it: weights freed now barely move at that LR
 # The earliest layers' gradient norm under 1% of the latest's (gradient_flow): two orders of magnitude
 # lost on the way down, where a healthy deep net stays within one.
 VANISHING = 0.01
@@ -291,6 +292,10 @@ NAMED: dict[str, NamedRule] = {
         ("schedule",),
         f"$schedule.has_scheduler and $schedule.past_peak and $schedule.lr_now_ratio < {DECAYED_LR}",
         "the run has a scheduler, is past its peak, and its LR now is under 1% of the peak"),
+    "schedule_brought_down": NamedRule(
+        ("schedule",),
+        f"$schedule.has_scheduler and $schedule.past_peak and $schedule.lr_now_ratio < {BROUGHT_DOWN_LR}",
+        "the run has a scheduler, is past its peak, and its LR now is under a tenth of the peak"),
     # The gradient goes to parameters no optimizer holds while those it holds get none (an optimizer built
     # on a DQN's target network instead of its Q network): the graph is not cut, the optimizer is misbuilt.
     # ... and under half are frozen: frozen parameters are another fault (frozen_parameters).
