@@ -90,6 +90,7 @@ KEPT_UP = 0.33
 # them moves (a router's argmax flips for some examples); one that does not read them moves by fp32 rounding at most
 # (an eval forward twice gives the same value to the bit).
 OBJECTIVE_READS = 1e-4
+LOG_IN_RUN_UNITS = 1.5  # a logged first training loss at most this times the loss of learning nothing
 MEMORISES = 0.5  # a replay on 2 examples halves its loss: the model can learn what it is given
 # An optimizer built on the wrong parameters: over half of those it holds get no gradient (a frozen head or
 # two is a design; most of the model is a misbuilt optimizer).
@@ -377,6 +378,15 @@ NAMED: dict[str, NamedRule] = {
     "log_overfits": NamedRule(
         ("history",), f"$history.val_ratio > {VAL_ABOVE_BEST} and $history.train_ratio_since_val_best < {STALL_LOSS_RATIO}",
         "in the run's own log, validation ended 10% above its best while training fell another 10% since"),
+    # ... and its validation loss was never under the loss of learning nothing, while training fell under half
+    # of it: what the training labels taught holds on no validation example (training labels that follow the
+    # row, not the example). Only for a log in the run's own units: its first training loss no more than
+    # 1.5x that level (a loss summed over the batch, or a perplexity, is not compared with it).
+    "val_never_learned": NamedRule(
+        ("history",), f"$history.val_best > $history.nothing_level and $history.loss_last < {MEMORISES} * "
+                      f"$history.nothing_level and $history.loss_first <= {LOG_IN_RUN_UNITS} * $history.nothing_level",
+        "in the run's own log, validation never went under the loss of learning nothing, while training fell "
+        "under half of it"),
     "trains_on": NamedRule(
         ("replay",), f"$replay.loss_ratio < {CLEAR_STALL_LOSS_RATIO}", "the replay's loss fell 5% or more"),
     "ranks_share_batches": NamedRule(
