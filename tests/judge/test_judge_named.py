@@ -263,7 +263,17 @@ def test_sequence_targets_at_chance_reads_the_lift_over_chance_of_a_neighbours_t
     (0.2, None, None),  # the shift could not be measured
 ])
 def test_objective_misses_weights_it_reads_and_sends_no_gradient(missed, shift, misses):
-    figures = {("f", "objective_missed_fraction"): missed, ("f", "objective_shift"): shift}
+    figures = {("f", "objective_missed_fraction"): missed, ("f", "objective_shift"): shift,
+               ("f", "auxiliary_declared"): True}
+    assert decide("objective_misses(f)", figures) is misses
+
+
+@pytest.mark.parametrize("missed, misses", [(0.55, True), (0.024, False)])
+def test_a_term_the_run_did_not_name_must_train_a_fifth_of_the_weights_alone(missed, misses):
+    """A VQ-VAE's codebook term alone trains its codebook by design (2.4%); without the straight-through
+    estimator it alone trains the encoder too (55%)."""
+    figures = {("f", "objective_missed_fraction"): missed, ("f", "objective_shift"): 0.05,
+               ("f", "auxiliary_declared"): False}
     assert decide("objective_misses(f)", figures) is misses
 
 

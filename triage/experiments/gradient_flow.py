@@ -18,7 +18,7 @@ from pydantic import Field
 from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.by_design import frozen_by_design, is_peft
 from triage.experiments.training import autocast, loss_value, untouched_buffers_and_rng
-from triage.load.loss_terms import scaled_terms, terms_of
+from triage.load.loss_terms import dict_terms, read_as_auxiliary, scaled_terms, terms_of
 from triage.views import Bars
 from triage.outcomes.gradient_flow import GradientFlowOutcome, ParamGradNorm
 
@@ -39,6 +39,7 @@ def measure(ctx: Context, p: GradientFlowParams) -> GradientFlowOutcome:
     batches = session.batches[:p.batches]
     model.train()  # as the reference loop trains
     reach = _objective_reach(session, batches) if terms_of(setup) is not None else None
+    undeclared = dict_terms(setup, model, batches[0]) if reach is None else []
     setup.optimizer.zero_grad(set_to_none=True)
     losses, loss_has_grad = [], True
     for i, batch in enumerate(batches):
@@ -53,7 +54,24 @@ def measure(ctx: Context, p: GradientFlowParams) -> GradientFlowOutcome:
         setup.optimizer.zero_grad(set_to_none=True)
     outcome = _summarise(model, setup.optimizer, float(np.mean(losses)), loss_has_grad,
                          frozen_by_design(model, setup.optimizer, setup.frozen_by_design))
+    if undeclared:
+        return outcome.model_copy(update=_alone_trained(session, batches, outcome, undeclared))
     return outcome if reach is None else outcome.model_copy(update=_missed_by_objective(session, outcome, *reach))
+
+
+def _alone_trained(session, batches: list, outcome: GradientFlowOutcome, names: list[str]) -> dict:
+    """A loss of several terms none of which Setup.auxiliary_terms names: each term read in turn as the
+    auxiliary one; the term that alone trains the largest share of the weights that the other terms read
+    (their value moves when those weights move) is reported as if named (auxiliary_declared False)."""
+    found: dict = {}
+    for name in names:
+        with read_as_auxiliary(session.setup, (name,)):
+            missed = _missed_by_objective(session, outcome, *_objective_reach(session, batches))
+        reads = missed["objective_shift"] is not None and missed["objective_shift"] > 0
+        if reads and missed["objective_missed_fraction"] > found.get("objective_missed_fraction", 0.0):
+            found = missed
+    session.setup.optimizer.zero_grad(set_to_none=True)
+    return {**found, "auxiliary_declared": False} if found else {}
 
 
 def _objective_reach(session, batches: list) -> tuple[dict[str, Optional[float]], tuple[str, ...]]:

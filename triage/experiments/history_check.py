@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from triage.experiments.base import Context, Experiment, Params
+from triage.experiments.levels import loss_levels
 from triage.outcomes.history_check import HistoryOutcome
 
 
@@ -24,6 +25,7 @@ def measure(ctx: Context, p: HistoryParams) -> HistoryOutcome:
         **out, val_best=best, val_best_step=best_step, val_last=val[-1][1],
         val_ratio=val[-1][1] / best if best > 0 else None,
         train_ratio_since_val_best=train[-1][1] / train_at_best if train and train_at_best else None,
+        nothing_level=loss_levels(ctx.session).nothing_learned,
     )
 
 

@@ -263,10 +263,16 @@ def best_constant_loss(setup: Any, batches: list[Any], constants: list[torch.Ten
 
 
 def regression_target(batch: Any, numel: Optional[int]) -> Optional[torch.Tensor]:
-    floats = [t for _, t in named_tensors(batch) if t.is_floating_point() and t.dim() >= 1]
-    if len(floats) < 2:  # the inputs and a target at least
+    """The batch's last floating tensor, where the inputs are beside it: floating ones, or integer ids
+    before it (a recommender's user and item ids, then its 0/1 or rating target)."""
+    tensors = [t for _, t in named_tensors(batch) if t.dim() >= 1]
+    floats = [t for t in tensors if t.is_floating_point()]
+    if not floats:
         return None
     target = floats[-1]
+    ids_before = tensors[-1] is target and any(not t.is_floating_point() for t in tensors[:-1])
+    if len(floats) < 2 and not ids_before:  # the inputs and a target at least
+        return None
     return target if numel is None or target.numel() == numel else None
 
 

@@ -106,3 +106,25 @@ def scaled_terms(setup: Setup, factor: float) -> Iterator[None]:
         yield
     finally:
         terms.aux_scale = before
+
+
+def dict_terms(setup: Setup, model: Any, batch: Any) -> list[str]:
+    """The names of the terms loss_fn returns on `batch` where it returns several and Setup.auxiliary_terms
+    names none ([] otherwise)."""
+    fn = inspect.unwrap(setup.loss_fn, stop=lambda f: isinstance(f, TermsLoss))
+    if not isinstance(fn, TermsLoss) or fn.auxiliary:
+        return []
+    found = fn.loss_fn(model, batch)
+    return list(found) if isinstance(found, Mapping) and len(found) >= 2 else []
+
+
+@contextlib.contextmanager
+def read_as_auxiliary(setup: Setup, names: tuple[str, ...]) -> Iterator[None]:
+    """While inside, `names` are read as auxiliary terms (the loss's value is the other terms'), though
+    Setup.auxiliary_terms did not name them."""
+    fn = inspect.unwrap(setup.loss_fn, stop=lambda f: isinstance(f, TermsLoss))
+    before, fn.auxiliary = fn.auxiliary, names
+    try:
+        yield
+    finally:
+        fn.auxiliary = before

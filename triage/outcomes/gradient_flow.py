@@ -86,6 +86,10 @@ class GradientFlowOutcome(Outcome):
         default_factory=list, description="The loss terms Setup.auxiliary_terms names (a regulariser, a load-balancing "
                                           "loss): the objective is the other terms.",
         json_schema_extra={"words": "auxiliary terms"})
+    auxiliary_declared: bool = Field(
+        default=True, description="False where Setup.auxiliary_terms named none, and the term reported is the one "
+                                  "of the loss's terms that alone trains the largest share of weights the others read.",
+        json_schema_extra={"words": "auxiliary terms named by the run"})
     objective_missed: list[str] = Field(
         default_factory=list, description="Trainable parameters the whole loss's gradient reaches and the objective's "
                                           "does not: only the auxiliary terms train them.",

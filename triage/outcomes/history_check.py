@@ -25,3 +25,8 @@ class HistoryOutcome(Outcome):
     train_ratio_since_val_best: Optional[float] = Field(
         default=None, description="Train loss at the end / train loss when val was best.",
         json_schema_extra={"words": "train ratio since validation best"})
+    nothing_level: Optional[float] = Field(
+        default=None, description="The run's loss on a prediction that learned nothing (the best constant), "
+                                  "measured on the training snapshot: a logged validation loss that never went "
+                                  "below it never showed anything learned.",
+        json_schema_extra={"words": "loss of learning nothing"})

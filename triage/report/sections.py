@@ -559,6 +559,8 @@ def summary_views(report: Report) -> dict[str, Any]:
         "proof_changes": changes(report, proof, reference) if proof else [],
         "proof_measured": measured(report, proof) if proof else "",
         "reference": reference if reference and proof and reference.node != proof.node else None,
+        # A reference that changed something itself (the LR held at its peak) is not the run as it was.
+        "reference_changes": changes(report, reference, references.get(reference.node)) if reference else [],
         "proof_table": _proof_table(report, proof, reference),
         "key_figures": key_figures(report),
         "kind": verdict_kind(report), "headings": HEADINGS[verdict_kind(report)], "fix_trial": tried(report),
