@@ -85,3 +85,19 @@ def test_the_same_quantizer_with_it_has_no_gradient_fault(tmp_path):
     assert report.root_cause != "no_gradient_flow" and "no_gradient_flow_objective" not in report.path
     flow = report.experiment("flow").outcome
     assert flow["objective_missed"] == ["codebook.weight"] and flow["objective_missed_fraction"] < 0.01
+
+
+def test_a_gans_terms_under_two_optimizers_are_each_its_own_networks_objective():
+    """A GAN returning {"critic", "generator"}: the generator term alone trains the generator, which the critic
+    term reads through a detached sample, by design (the eighth round's first re-walk called a healthy WGAN-GP
+    no_gradient_flow before several optimizers were left out)."""
+    from tests._gan_tiny import gan_losses, gan_setup
+    from tests._instrument_runs import run as run_experiment, session_of
+    from triage.experiments.gradient_flow import GRADIENT_FLOW
+
+    def setup():
+        made = gan_setup(lr=2e-4)
+        return made.model_copy(update={"loss_fn": lambda m, b: dict(zip(("critic", "generator"), gan_losses(m, b[0])))})
+
+    flow = run_experiment(GRADIENT_FLOW, session_of(setup))
+    assert flow.auxiliary_terms == [] and flow.objective_missed == []

@@ -109,10 +109,11 @@ def scaled_terms(setup: Setup, factor: float) -> Iterator[None]:
 
 
 def dict_terms(setup: Setup, model: Any, batch: Any) -> list[str]:
-    """The names of the terms loss_fn returns on `batch` where it returns several and Setup.auxiliary_terms
-    names none ([] otherwise)."""
+    """The names of the terms loss_fn returns on `batch` where it returns several, Setup.auxiliary_terms
+    names none, and one optimizer trains them all ([] otherwise: with several optimizers, each term is one
+    network's objective by design, a GAN's generator term the only one to train the generator)."""
     fn = inspect.unwrap(setup.loss_fn, stop=lambda f: isinstance(f, TermsLoss))
-    if not isinstance(fn, TermsLoss) or fn.auxiliary:
+    if not isinstance(fn, TermsLoss) or fn.auxiliary or len(getattr(setup.optimizer, "optimizers", {})) > 1:
         return []
     found = fn.loss_fn(model, batch)
     return list(found) if isinstance(found, Mapping) and len(found) >= 2 else []
