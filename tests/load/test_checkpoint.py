@@ -43,6 +43,20 @@ def test_plain_dict_with_history(tmp_path, entry):
     assert session.setup.optimizer.state_dict()["state"][0]["step"] == 1
 
 
+def test_a_model_entry_of_another_name_is_its_one_entry_of_tensors(tmp_path, entry):
+    """Deep-SVDD's trainer saves {'c', 'epoch', 'net_dict', 'optimizer'} (the ninth round's program): the model
+    is the one entry whose every value is a tensor. Two such entries (a net and its autoencoder) are refused,
+    naming the entries found."""
+    s = trained_state()
+    torch.save({"c": torch.zeros(4), "epoch": 20, "net_dict": s.model.state_dict(),
+                "optimizer": s.optimizer.state_dict()}, tmp_path / "svdd.pt")
+    assert read_checkpoint(tmp_path / "svdd.pt").layout == "dict"
+    assert torch.equal(loaded_weights(entry, tmp_path / "svdd.pt"), s.model.state_dict()["0.weight"])
+    torch.save({"net_dict": s.model.state_dict(), "ae_net_dict": s.model.state_dict()}, tmp_path / "two.pt")
+    with pytest.raises(CheckpointError, match="ae_net_dict"):
+        read_checkpoint(tmp_path / "two.pt")
+
+
 def test_bare_state_dict(tmp_path, entry):
     s = trained_state()
     torch.save(s.model.state_dict(), tmp_path / "w.pt")

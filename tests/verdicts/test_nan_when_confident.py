@@ -79,3 +79,19 @@ def test_a_run_whose_loss_turns_nan_when_confident_is_not_called_healthy(tmp_pat
     assert report.experiment("baseline").outcome["finite"]  # the replay reached no such margin
     assert report.root_cause == "numerical_instability" and report.confidence == "medium"
     assert report.location.op == "PowBackward0"
+
+
+def test_a_model_that_outputs_probabilities_is_not_read_as_logits():
+    """A softmax at the end of forward() and nll_loss on their log, a correct pairing: a "confident" one-hot
+    swapped in as probabilities has log(0) in it, a gradient the run's own outputs never get (review,
+    helper-27). output_check asks only where the output is logits."""
+    from tests._instrument_runs import run as run_experiment
+    from triage.experiments.outputs import OUTPUT_CHECK
+
+    def probabilities():
+        made = classifier(lambda m, b: F.nll_loss(torch.log(m(b[0])), b[1]))()
+        made.model.append(nn.Softmax(-1))
+        return made
+
+    outcome = run_experiment(OUTPUT_CHECK, session_of(probabilities))
+    assert outcome.looks_like_probabilities and outcome.unstable_margin is None

@@ -16,13 +16,13 @@ CODES, DIM = 32, 8
 
 
 class VQVAE(nn.Module):
-    def __init__(self, straight_through: bool):
+    def __init__(self, straight_through: bool, codes: int = CODES):
         super().__init__()
         self.straight_through = straight_through
         self.encoder = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, DIM),
                                      nn.Tanh())
-        self.codebook = nn.Embedding(CODES, DIM)
-        nn.init.uniform_(self.codebook.weight, -1 / CODES, 1 / CODES)  # as the original
+        self.codebook = nn.Embedding(codes, DIM)
+        nn.init.uniform_(self.codebook.weight, -1 / codes, 1 / codes)  # as the original
         self.decoder = nn.Sequential(nn.Linear(DIM, 128), nn.ReLU(), nn.Linear(128, 64))
 
     def forward(self, x):
@@ -47,10 +47,10 @@ def images(seed: int, n: int):
     return x / 2.28
 
 
-def factory(straight_through: bool):
+def factory(straight_through: bool, codes: int = CODES):
     def setup():
         torch.manual_seed(0)
-        model = VQVAE(straight_through)
+        model = VQVAE(straight_through, codes)
         x, vx = images(0, 4096), images(1, 512)
         return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-3), loss_fn=loss_fn,
                             batches=[x[i:i + 128] for i in range(0, 4096, 128)],
@@ -85,3 +85,73 @@ def test_the_same_quantizer_with_it_has_no_gradient_fault(tmp_path):
     assert report.root_cause != "no_gradient_flow" and "no_gradient_flow_objective" not in report.path
     flow = report.experiment("flow").outcome
     assert flow["objective_missed"] == ["codebook.weight"] and flow["objective_missed_fraction"] < 0.01
+
+
+def test_a_gans_terms_under_two_optimizers_are_each_its_own_networks_objective():
+    """A GAN returning {"critic", "generator"}: the generator term alone trains the generator, which the critic
+    term reads through a detached sample, by design (the eighth round's first re-walk called a healthy WGAN-GP
+    no_gradient_flow before several optimizers were left out)."""
+    from tests._gan_tiny import gan_losses, gan_setup
+    from tests._instrument_runs import run as run_experiment, session_of
+    from triage.experiments.gradient_flow import GRADIENT_FLOW
+
+    def setup():
+        made = gan_setup(lr=2e-4)
+        return made.model_copy(update={"loss_fn": lambda m, b: dict(zip(("critic", "generator"), gan_losses(m, b[0])))})
+
+    flow = run_experiment(GRADIENT_FLOW, session_of(setup))
+    assert flow.auxiliary_terms == [] and flow.objective_missed == []
+
+
+def flow_of(setup):
+    from tests._instrument_runs import run as run_experiment, session_of
+    from triage.experiments.gradient_flow import GRADIENT_FLOW
+
+    return run_experiment(GRADIENT_FLOW, session_of(setup))
+
+
+def objective_misses(flow) -> bool:
+    from triage.walk.playbook.conditions import parse_condition
+
+    return parse_condition("objective_misses(f)").value(lambda node, field: getattr(flow, field))
+
+
+def test_a_codebook_larger_than_the_encoder_is_no_fault_with_the_estimator():
+    """8192 codes: the codebook is most of the weights, trained by its own term alone and read by the
+    reconstruction through the nearest-code choice, by design: the reconstruction's gradient still reaches the
+    encoder's first layer (review, helper-27)."""
+    flow = flow_of(factory(straight_through=True, codes=8192))
+    assert flow.objective_missed in ([], ["codebook.weight"]) and objective_misses(flow) is False
+
+
+def test_an_actor_critics_critic_read_through_a_detached_advantage_is_no_fault():
+    """One optimizer, {"policy", "value", "entropy"}: the critic is trained by the value term alone and the
+    policy term reads it through the detached advantage, by design (review, helper-27)."""
+    class ActorCritic(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.actor = nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 2))
+            self.critic = nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 1))
+
+        def forward(self, states):
+            return self.actor(states), self.critic(states).squeeze(-1)
+
+    def loss_fn(model, batch):
+        states, actions, returns = batch
+        logits, values = model(states)
+        dist = torch.distributions.Categorical(logits=logits)
+        advantage = returns - values.detach()
+        return {"policy": -(dist.log_prob(actions) * advantage).mean(), "value": F.mse_loss(values, returns),
+                "entropy": -0.01 * dist.entropy().mean()}
+
+    def setup():
+        torch.manual_seed(0)
+        g = torch.Generator().manual_seed(0)
+        model = ActorCritic()
+        batches = [(torch.randn(64, 4, generator=g), torch.randint(0, 2, (64,), generator=g),
+                    torch.randn(64, generator=g)) for _ in range(8)]
+        return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=7e-4), loss_fn=loss_fn,
+                            batches=batches)
+
+    flow = flow_of(setup)
+    assert flow.objective_reaches_input is True and objective_misses(flow) is False

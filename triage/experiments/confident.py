@@ -1,20 +1,20 @@
 """The loss's gradient where the model is sure: a loss can be finite on a confident prediction and its gradient
 not (a focal loss's (1 - p) ** gamma with gamma under 1 has an infinite derivative where p rounds to 1). Its
-replay stays finite until one example is fitted that well; from that step on the batch's gradient, and every
-weight, is NaN. Measured at the checkpoint by swapping the model's output for a confident prediction of each
-example's target (a forward hook) and taking the loss's gradient on it; where it is not finite, anomaly mode
-names the backward op that made it and the user's line whose forward call built that op."""
+replay stays finite until one example is fitted that well; from that step on the batch's gradient is NaN.
+Measured at the checkpoint by swapping the model's logits for a confident prediction of each example's target
+(a forward hook) and taking the loss's gradient on them; where it is not finite, anomaly mode names the
+backward op that made it and the user's line whose forward call built that op."""
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
-from triage.experiments.levels import margin_on_the_label, target_logit
+from triage.experiments.levels import margin_on_the_label, output_hooked, target_logit
 from triage.experiments.locate_probe import anomaly_pass
+from triage.experiments.training import untouched_buffers_and_rng
 from triage.experiments.user_source import display_path, source_line
 
 # Margins a classifier reaches in training: at 20 logits a softmax's top probability is exactly 1 in fp32.
@@ -32,16 +32,18 @@ class Unstable:
 def unstable_when_confident(setup: Any, batches: list[Any], kind: str, device: Any) -> Optional[Unstable]:
     """The least margin of CONFIDENT_MARGINS on every example's true class (on its 0/1 target's logit for
     binary targets) at which the run's loss is finite and its gradient on the output is not; None where
-    it stays finite, or no such prediction can be built (a regressor, a structured output)."""
+    it stays finite, or no such prediction can be built (a regressor, a structured output). The caller
+    asks only where the output is logits (not probabilities, not an embedding whose labels name groups)."""
     if kind not in ("classification", "binary"):
         return None
     make = margin_on_the_label if kind == "classification" else target_logit
-    for margin in CONFIDENT_MARGINS:
-        for batch in batches:
-            def confident(output: torch.Tensor, b: Any = batch, m: float = margin) -> Optional[torch.Tensor]:
-                return make(output, b, m)
-            if _gradient_finite(setup, batch, confident) is False:
-                return _located(setup, batch, confident, margin, device)
+    with untouched_buffers_and_rng(setup.model):
+        for margin in CONFIDENT_MARGINS:
+            for batch in batches:
+                def confident(output: torch.Tensor, b: Any = batch, m: float = margin) -> Optional[torch.Tensor]:
+                    return make(output, b, m)
+                if _gradient_finite(setup, batch, confident) is False:
+                    return _located(setup, batch, confident, margin, device)
     return None
 
 
@@ -58,7 +60,7 @@ def _gradient_finite(setup: Any, batch: Any, swap: Callable) -> Optional[bool]:
         return swapped[-1]
 
     try:
-        with _output_swapped(setup, replace), torch.enable_grad():
+        with output_hooked(setup.model, replace), torch.enable_grad():
             loss = setup.loss_fn(setup.model, batch)
             if not isinstance(loss, torch.Tensor) or not swapped or not bool(torch.isfinite(loss).all()):
                 return None
@@ -75,29 +77,17 @@ def _located(setup: Any, batch: Any, swap: Callable, margin: float, device: Any)
 
     op = frame = None
     try:
-        with _output_swapped(setup, replace):
+        with output_hooked(setup.model, replace), torch.enable_grad():
             traced, named, frame = anomaly_pass(setup, batch, "fp32", device)
         op = named or traced
     except Exception:  # noqa: BLE001 - the op is a detail; the margin was measured
         pass
     finally:
-        setup.optimizer.zero_grad(set_to_none=True)
+        for q in setup.model.parameters():  # the pass's backward left gradients; no step is to read them
+            q.grad = None
     return Unstable(margin=margin, op=op, source=display_path(*frame) if frame else None,
                     line=source_line(*frame) if frame else None)
 
 
 class _Refused(Exception):
     """The swap could not build a prediction for this output."""
-
-
-@contextlib.contextmanager
-def _output_swapped(setup: Any, replace: Callable) -> Iterator[None]:
-    """The model's output replaced by `replace`'s, in eval mode (no dropout, no BatchNorm statistics moved)."""
-    handle = setup.model.register_forward_hook(replace)
-    was_training = setup.model.training
-    setup.model.eval()
-    try:
-        yield
-    finally:
-        handle.remove()
-        setup.model.train(was_training)

@@ -18,6 +18,8 @@ from pydantic import Field
 from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.by_design import frozen_by_design, is_peft
 from triage.experiments.training import autocast, loss_value, untouched_buffers_and_rng
+from triage.batches import named_tensors
+from triage.judge.named import OBJECTIVE_READS
 from triage.load.loss_terms import dict_terms, read_as_auxiliary, scaled_terms, terms_of
 from triage.views import Bars
 from triage.outcomes.gradient_flow import GradientFlowOutcome, ParamGradNorm
@@ -39,7 +41,9 @@ def measure(ctx: Context, p: GradientFlowParams) -> GradientFlowOutcome:
     batches = session.batches[:p.batches]
     model.train()  # as the reference loop trains
     reach = _objective_reach(session, batches) if terms_of(setup) is not None else None
-    undeclared = dict_terms(setup, model, batches[0]) if reach is None else []
+    # Unnamed terms: each term's reach measured before the main pass, as the named ones' is (the same masks).
+    # One process only: a backward that leaves some parameters without a gradient stalls DDP's reduction.
+    unnamed = {} if reach is not None or ctx.ranks.distributed else _reach_without_each(session, batches)
     setup.optimizer.zero_grad(set_to_none=True)
     losses, loss_has_grad = [], True
     for i, batch in enumerate(batches):
@@ -54,24 +58,72 @@ def measure(ctx: Context, p: GradientFlowParams) -> GradientFlowOutcome:
         setup.optimizer.zero_grad(set_to_none=True)
     outcome = _summarise(model, setup.optimizer, float(np.mean(losses)), loss_has_grad,
                          frozen_by_design(model, setup.optimizer, setup.frozen_by_design))
-    if undeclared:
-        return outcome.model_copy(update=_alone_trained(session, batches, outcome, undeclared))
-    return outcome if reach is None else outcome.model_copy(update=_missed_by_objective(session, outcome, *reach))
+    if unnamed:
+        return outcome.model_copy(update=_alone_trained(session, outcome, unnamed))
+    if reach is None:
+        return outcome
+    return outcome.model_copy(update={**_missed_by_objective(session, outcome, *reach), "auxiliary_declared": True})
 
 
-def _alone_trained(session, batches: list, outcome: GradientFlowOutcome, names: list[str]) -> dict:
-    """A loss of several terms none of which Setup.auxiliary_terms names: each term read in turn as the
-    auxiliary one; the term that alone trains the largest share of the weights that the other terms read
-    (their value moves when those weights move) is reported as if named (auxiliary_declared False)."""
-    found: dict = {}
+def _reach_without_each(session, batches: list) -> dict[str, dict[str, Optional[float]]]:
+    """Where loss_fn returns several terms and Setup.auxiliary_terms names none (and one optimizer trains them
+    all): for each term, every parameter's gradient norm from the other terms alone."""
+    setup = session.setup
+    with untouched_buffers_and_rng(setup.model):
+        names = dict_terms(setup, setup.model, batches[0])
+    reach = {}
     for name in names:
+        with read_as_auxiliary(setup, (name,)):
+            reach[name] = _objective_reach(session, batches)[0]
+    return reach
+
+
+def _alone_trained(session, outcome: GradientFlowOutcome, reach: dict[str, dict[str, Optional[float]]]) -> dict:
+    """Each unnamed term read in turn as the auxiliary one: the term that alone trains the largest share of the
+    weights the other terms read (their value moves when those weights move), reported as if named, with
+    whether the other terms' gradient reaches any weight of a module that reads the batch's inputs (where it
+    reaches none, everything it trains sits after a step that passes no gradient: a quantizer without its
+    straight-through estimator)."""
+    found: dict = {}
+    for name, norms in reach.items():
         with read_as_auxiliary(session.setup, (name,)):
-            missed = _missed_by_objective(session, outcome, *_objective_reach(session, batches))
-        reads = missed["objective_shift"] is not None and missed["objective_shift"] > 0
+            missed = _missed_by_objective(session, outcome, norms, (name,))
+        reads = missed["objective_shift"] is not None and missed["objective_shift"] > OBJECTIVE_READS
         if reads and missed["objective_missed_fraction"] > found.get("objective_missed_fraction", 0.0):
-            found = missed
-    session.setup.optimizer.zero_grad(set_to_none=True)
+            readers = _input_readers(session)
+            found = {**missed, "objective_reaches_input": any(norms.get(n) is not None for n in readers)
+                     if readers else None}
     return {**found, "auxiliary_declared": False} if found else {}
+
+
+def _input_readers(session) -> list[str]:
+    """The parameters of the modules handed a tensor of the first batch as it is (equal in shape and values:
+    the loss may be handed a guarded copy) in a forward."""
+    setup, batch = session.setup, session.batches[0]
+    inputs = [t for _, t in named_tensors(batch)]
+
+    def is_input(a: object) -> bool:
+        return isinstance(a, torch.Tensor) and any(a.shape == t.shape and a.dtype == t.dtype
+                                                   and torch.equal(a, t.to(a.device)) for t in inputs)
+
+    readers: list[str] = []
+
+    def pre_hook(name):
+        def hook(module, args):
+            if any(is_input(a) for a in args):
+                readers.extend(f"{name}.{n}" if name else n for n, _ in module.named_parameters(recurse=False))
+        return hook
+
+    handles = [m.register_forward_pre_hook(pre_hook(name)) for name, m in setup.model.named_modules()]
+    try:
+        with torch.no_grad(), untouched_buffers_and_rng(setup.model):
+            setup.loss_fn(setup.model, batch)
+    except Exception:  # noqa: BLE001 - not read: the rule cannot fire on it
+        return []
+    finally:
+        for handle in handles:
+            handle.remove()
+    return readers
 
 
 def _objective_reach(session, batches: list) -> tuple[dict[str, Optional[float]], tuple[str, ...]]:

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import math
+from typing import Optional
+
+import torch
+
 from triage.experiments.base import Context, Experiment, Params
-from triage.experiments.levels import loss_levels
+from triage.experiments.levels import loss_levels, val_nothing_level
+from triage.experiments.training import autocast, loss_value, scored_loss, untouched_buffers_and_rng
 from triage.outcomes.history_check import HistoryOutcome
+
+
+VAL_BATCHES = 4  # validation batches the loss at the checkpoint is read on
 
 
 class HistoryParams(Params):
@@ -26,7 +35,27 @@ def measure(ctx: Context, p: HistoryParams) -> HistoryOutcome:
         val_ratio=val[-1][1] / best if best > 0 else None,
         train_ratio_since_val_best=train[-1][1] / train_at_best if train and train_at_best else None,
         nothing_level=loss_levels(ctx.session).nothing_learned,
+        val_nothing_level=val_nothing_level(ctx.session), val_checkpoint=_val_at_checkpoint(ctx),
     )
+
+
+def _val_at_checkpoint(ctx: Context) -> Optional[float]:
+    """The run's loss on the first validation batches at the checkpoint, as a validation pass scores it: what
+    the log's last validation figure is set against (a log summed over batches, or a perplexity, is not in
+    the run's units)."""
+    session = ctx.session
+    if not session.val_batches:
+        return None
+    setup = session.setup
+    try:
+        with torch.no_grad(), untouched_buffers_and_rng(setup.model), autocast(setup.precision, session.device):
+            values = [loss_value(scored_loss(setup, b)) for b in session.val_batches[:VAL_BATCHES]]
+    except Exception:  # noqa: BLE001 - not read: the log is then not compared with it
+        return None
+    finally:
+        ctx.restart()
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else None
 
 
 HISTORY_CHECK = Experiment(

@@ -23,8 +23,9 @@ before its first experiment, the replay before its first step).
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -58,19 +59,33 @@ class _Stop(Exception):
     """Raised by the capture hook once the model's output is in hand."""
 
 
+def val_nothing_level(session: Any) -> Optional[float]:
+    """The loss of learning nothing as the training snapshot defines it (its class frequencies, its mean
+    target), scored on the validation batches, whose classes may be balanced where training's are not:
+    predicting a 20% training rate scores 0.92 on a 50/50 validation set, 0.50 on training. None without
+    validation batches."""
+    if not session.val_batches:
+        return None
+    return session.memoised("val_nothing_level",
+                            lambda: _measure(session, session.val_batches[:PROBE_BATCHES]).nothing_learned)
+
+
 @torch.no_grad()
-def _measure(session: Any) -> LossLevels:
+def _measure(session: Any, scored: Optional[list[Any]] = None) -> LossLevels:
+    """The levels: the snapshot's classes or targets define the constant prediction; it is scored on the
+    first batches of `scored` (the training snapshot's where None)."""
     setup = session.setup
-    batches = session.batches[:PROBE_BATCHES]
-    output = top_output(setup, batches[0])
-    targets = None if labels_unread(session) else class_targets(batches[0])
+    batches = scored or session.batches[:PROBE_BATCHES]
+    first = session.batches[0]  # the training snapshot's shapes define the prediction; `batches` score it
+    output = top_output(setup, first)
+    targets = None if labels_unread(session) else class_targets(first)
     if output is None:  # a structured output (a Hugging Face ModelOutput, a dict) whose loss the model computes
-        logits = model_output(setup, batches[0], session.device)
+        logits = model_output(setup, first, session.device)
         k = logits.shape[-1] if logits is not None and targets is not None else 0
         if k < 2:
             return LossLevels(kind="unknown")
         # The constant is swapped in where the logits are made (the head), so the model's own loss reads it.
-        head = logits_module(setup, batches[0])
+        head = logits_module(setup, first)
         prior = class_prior(session.batches, k) if head is not None else None
         constant = None if prior is None else constant_loss(setup, batches, prior.log(), module=head)
         return LossLevels(kind="classification", num_classes=k, chance=math.log(k), constant=constant)
@@ -85,7 +100,8 @@ def _measure(session: Any) -> LossLevels:
     if mean is None:
         return _several_per_target(setup, session.batches, batches, output)
     if binary_targets(session.batches, output):
-        constant = best_constant_loss(setup, batches, binary_constants(mean))
+        constant = best_constant_loss(setup, batches, binary_constants(mean),
+                                      chosen_on=session.batches[:PROBE_BATCHES] if scored else None)
         return LossLevels(kind="binary", constant=constant, floor=_floor(constant, perfect_loss(setup, batches, "binary")))
     constant = constant_loss(setup, batches, mean)
     return LossLevels(kind="regression", constant=constant,
@@ -119,13 +135,19 @@ def _the_target_in_every_column(output: torch.Tensor, batch: Any) -> Optional[to
     return target.reshape(output.shape[:-1]).unsqueeze(-1).expand_as(output).to(output.dtype).clone()
 
 
-def perfect_loss(setup: Any, batches: list[Any], kind: str) -> Optional[float]:
+def perfect_loss(setup: Any, batches: list[Any], kind: str,
+                 margins: tuple[float, ...] = (30.0,)) -> Optional[float]:
     """The run's mean loss over `batches` on a perfect prediction for levels of `kind` (a margin on the true
-    class; the 0/1 target or its logit, the lower; the target itself), None where none can be built. Not
-    capped: where the target is a distribution (a listwise loss's grades, soft labels), it is the least the
-    loss scores on those batches, their entropy, not 0."""
-    makers = {"classification": (margin_on_the_label,), "binary": (_the_target, target_logit),
-              "regression": (_the_target,)}.get(kind, ())
+    class; the 0/1 target or its logit, the lower; the target itself), None where none can be built; the
+    least over `margins` where a margin is built (label smoothing scores a margin of 30 above one of 10).
+    Not capped: where the target is a distribution (a listwise loss's grades, soft labels), it is the least
+    the loss scores on those batches, their entropy, not 0."""
+    if kind == "classification":
+        makers = [lambda output, batch, m=m: margin_on_the_label(output, batch, m) for m in margins]
+    elif kind == "binary":
+        makers = [_the_target] + [lambda output, batch, m=m: target_logit(output, batch, m) for m in margins]
+    else:
+        makers = [_the_target] if kind == "regression" else []
     values = [v for v in (loss_with_output(setup, batches, make) for make in makers) if v is not None]
     return min(values, default=None)
 
@@ -173,18 +195,28 @@ def loss_with_output(setup: Any, batches: list[Any], swap,
                 raise _Stop
             return swapped.to(output.device)
 
-        handle = (module or setup.model).register_forward_hook(replace)
-        was_training = setup.model.training
-        setup.model.eval()
         try:
-            values.append(loss_value(setup.loss_fn(setup.model, batch)))
+            with output_hooked(setup.model, replace, module):
+                values.append(loss_value(setup.loss_fn(setup.model, batch)))
         except Exception:  # no such output, or the loss refuses it
             return None
-        finally:
-            handle.remove()
-            setup.model.train(was_training)
     finite = [v for v in values if math.isfinite(v)]
     return sum(finite) / len(finite) if finite else None
+
+
+@contextlib.contextmanager
+def output_hooked(model: torch.nn.Module, hook, module: Optional[torch.nn.Module] = None) -> Iterator[None]:
+    """`hook` on the output of `model` (or of its `module`), in eval mode (no dropout, no BatchNorm statistics
+    moved); every module's own train/eval flag is put back after (a part the run keeps in eval stays so)."""
+    modes = [(m, m.training) for m in model.modules()]
+    handle = (module or model).register_forward_hook(hook)
+    model.eval()
+    try:
+        yield
+    finally:
+        handle.remove()
+        for m, training in modes:
+            m.training = training
 
 
 def top_output(setup: Any, batch: Any) -> Optional[torch.Tensor]:
@@ -196,18 +228,13 @@ def top_output(setup: Any, batch: Any) -> Optional[torch.Tensor]:
         seen.append(output)
         raise _Stop
 
-    handle = setup.model.register_forward_hook(hook)
-    was_training = setup.model.training
-    setup.model.eval()  # no BatchNorm statistics move, no dropout
     try:
-        setup.loss_fn(setup.model, batch)
+        with output_hooked(setup.model, hook):
+            setup.loss_fn(setup.model, batch)
     except _Stop:
         pass
     except Exception:
         return None
-    finally:
-        handle.remove()
-        setup.model.train(was_training)
     if not seen or not isinstance(seen[0], torch.Tensor) or not seen[0].is_floating_point():
         return None
     return seen[0]
@@ -256,10 +283,17 @@ def binary_constants(mean: torch.Tensor) -> list[torch.Tensor]:
     return [mean, torch.logit(mean.clamp(1e-4, 1 - 1e-4))]
 
 
-def best_constant_loss(setup: Any, batches: list[Any], constants: list[torch.Tensor]) -> Optional[float]:
-    """The lowest loss among constant predictions (those the loss refuses do not count)."""
-    losses = [x for x in (constant_loss(setup, batches, c) for c in constants) if x is not None]
-    return min(losses) if losses else None
+def best_constant_loss(setup: Any, batches: list[Any], constants: list[torch.Tensor],
+                       chosen_on: Optional[list[Any]] = None) -> Optional[float]:
+    """The loss on `batches` of the constant prediction that scores lowest on `chosen_on` (on `batches` where
+    None): which one the loss reads as the frequency (a probability, or its logit) is the training snapshot's
+    question, not the validation set's. Constants the loss refuses do not count."""
+    scored = [(x, c) for x, c in ((constant_loss(setup, chosen_on or batches, c), c) for c in constants)
+              if x is not None]
+    if not scored:
+        return None
+    best_value, best = min(scored, key=lambda xc: xc[0])
+    return best_value if chosen_on is None else constant_loss(setup, batches, best)
 
 
 def regression_target(batch: Any, numel: Optional[int]) -> Optional[torch.Tensor]:

@@ -14,6 +14,7 @@ from triage.experiments.interventions import unsquash
 from triage.experiments.confident import unstable_when_confident
 from triage.experiments.levels import loss_levels
 from triage.experiments.loss_inputs import score_losses
+from triage.experiments.neighbours import labels_name_groups
 from triage.experiments.probes import mean_loss, model_outputs
 from triage.experiments.standard_loss import Comparison, compare_at_checkpoint, standard_levels, standard_rule
 from triage.batches import named_tensors
@@ -46,10 +47,6 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
     scores = dict(scores_squashed=seen.squashed, targets_discrete=all(_discrete_targets(b) for b in batches),
                   scores_unsquashed_loss=None, scores_min=seen.low if math.isfinite(seen.low) else None,
                   scores_max=seen.high if math.isfinite(seen.high) else None)
-    unstable = unstable_when_confident(setup, batches[:UNSTABLE_BATCHES], loss_levels(session).kind, device)
-    if unstable is not None:
-        scores.update(unstable_margin=unstable.margin, unstable_op=unstable.op, unstable_source=unstable.source,
-                      unstable_line=unstable.line)
     if seen.squashed:  # one more pass of forwards, with the scores unsquashed
         scores["scores_unsquashed_loss"] = _scores_unsquashed_loss(setup, batches, device)
         ctx.restart()
@@ -66,6 +63,14 @@ def measure(ctx: Context, p: OutputCheckParams) -> OutputCheckOutcome:
         (rows <= tol).all() and (torch.logsumexp(rows, -1).abs() <= tol).all())
     floor = math.log(math.e + k - 1) - 1 if k >= 2 else None
     squashed = finite and bool((rows >= -tol).all() and (rows <= 1 + tol).all())
+    # Logits only: a confident prediction swapped into probabilities (log of 0) or into an embedding whose labels
+    # name groups (a distance of 0) has a non-finite gradient where the run's own outputs never do. The probe's
+    # forwards are not the same count on every rank: one process only.
+    if not (squashed or log_probabilities or seen.squashed or ctx.ranks.distributed or labels_name_groups(session)):
+        unstable = unstable_when_confident(setup, batches[:UNSTABLE_BATCHES], loss_levels(session).kind, device)
+        if unstable is not None:
+            scores.update(unstable_margin=unstable.margin, unstable_op=unstable.op,
+                          unstable_source=unstable.source, unstable_line=unstable.line)
     unsquashed = _unsquashed_loss(setup, batches, device, probabilities) if squashed else None
     ctx.restart()
     rule, compared = _against_standard(session) if p.against_standard else (None, None)

@@ -90,7 +90,6 @@ KEPT_UP = 0.33
 # them moves (a router's argmax flips for some examples); one that does not read them moves by fp32 rounding at most
 # (an eval forward twice gives the same value to the bit).
 OBJECTIVE_READS = 1e-4
-ALONE_TRAINED = 0.2  # a share of the weights one undeclared term alone trains, for it to count
 LOG_IN_RUN_UNITS = 1.5  # a logged first training loss at most this times the loss of learning nothing
 MEMORISES = 0.5  # a replay on 2 examples halves its loss: the model can learn what it is given
 # An optimizer built on the wrong parameters: over half of those it holds get no gradient (a frozen head or
@@ -310,14 +309,16 @@ NAMED: dict[str, NamedRule] = {
         (), f"setup.weight_decay > 0 and (setup.decay_reach == none or setup.decay_reach > {DECAY_REACH})",
         "the run decays its weights, by enough to have shrunk them 5% over the run and the replay (or by an "
         "amount not known)"),
-    # Where the run named no auxiliary term, the term found training weights alone must train a fifth of them
-    # (a VQ-VAE's codebook, 2% of its weights, is trained by its codebook term alone by design; its encoder,
-    # 52%, only where the straight-through estimator is missing).
+    # Where the run named no auxiliary term, a term's weights the others read but do not train are by design
+    # as often as not (a VQ-VAE's codebook, an actor-critic's critic read through a detached advantage): a
+    # fault only where the others' gradient reaches nothing that reads the input (a VQ-VAE without its
+    # straight-through estimator: the reconstruction trains the decoder alone).
     "objective_misses": NamedRule(
         ("flow",), f"$flow.objective_missed_fraction > 0 and $flow.objective_shift > {OBJECTIVE_READS} and "
-                   f"($flow.auxiliary_declared or $flow.objective_missed_fraction >= {ALONE_TRAINED})",
-        "the objective's gradient reaches none of some weights that only auxiliary terms train (a fifth of the "
-        "weights or more, where the run named none), yet its value moves when they move"),
+                   f"($flow.auxiliary_declared or $flow.objective_reaches_input == false)",
+        "the objective's gradient reaches none of some weights that only auxiliary terms train, yet its value "
+        "moves when they move (where the run named no term auxiliary: and it reaches no weight that reads the "
+        "input)"),
     "graph_cut": NamedRule(
         ("flow",), f"$flow.no_grad_fraction > {MISSED_BY_OPTIMIZER} and $flow.frozen_fraction < {MISSED_BY_OPTIMIZER}",
         "over half the optimizer's parameters get no gradient at all, and under half are frozen"),
@@ -383,15 +384,18 @@ NAMED: dict[str, NamedRule] = {
     "log_overfits": NamedRule(
         ("history",), f"$history.val_ratio > {VAL_ABOVE_BEST} and $history.train_ratio_since_val_best < {STALL_LOSS_RATIO}",
         "in the run's own log, validation ended 10% above its best while training fell another 10% since"),
-    # ... and its validation loss was never under the loss of learning nothing, while training fell under half
-    # of it: what the training labels taught holds on no validation example (training labels that follow the
-    # row, not the example). Only for a log in the run's own units: its first training loss no more than
-    # 1.5x that level (a loss summed over the batch, or a perplexity, is not compared with it).
+    # ... and its validation loss was never under the loss of learning nothing (that prediction scored on the
+    # validation batches), while training fell under half of it: what the training labels taught holds on no
+    # validation example on average (training labels that follow the row, not the example). Only for a log in
+    # the run's own units: its first training loss at most 1.5x the level, its last validation loss within
+    # 1.5x of the validation loss measured at the checkpoint (a sum over batches, a perplexity are not).
     "val_never_learned": NamedRule(
-        ("history",), f"$history.val_best > $history.nothing_level and $history.loss_last < {MEMORISES} * "
-                      f"$history.nothing_level and $history.loss_first <= {LOG_IN_RUN_UNITS} * $history.nothing_level",
-        "in the run's own log, validation never went under the loss of learning nothing, while training fell "
-        "under half of it"),
+        ("history",), f"$history.val_best > $history.val_nothing_level and $history.loss_last < {MEMORISES} * "
+                      f"$history.nothing_level and $history.loss_first <= {LOG_IN_RUN_UNITS} * $history.nothing_level "
+                      f"and $history.val_last <= {LOG_IN_RUN_UNITS} * $history.val_checkpoint "
+                      f"and $history.val_checkpoint <= {LOG_IN_RUN_UNITS} * $history.val_last",
+        "in the run's own log, validation never went under the loss of learning nothing (scored on the validation "
+        "batches), while training fell under half of it"),
     "trains_on": NamedRule(
         ("replay",), f"$replay.loss_ratio < {CLEAR_STALL_LOSS_RATIO}", "the replay's loss fell 5% or more"),
     "ranks_share_batches": NamedRule(

@@ -1,8 +1,8 @@
 """Reading a checkpoint into its parts, whatever layout the run saved it in.
 
 Layouts understood (DESIGN §1):
-- a plain dict: `model` | `model_state_dict` | `state_dict`, `optimizer` | `optimizer_state_dict`,
-  optional `scheduler`, `scaler`, `step`, `history`;
+- a plain dict: `model` | `model_state_dict` | `state_dict` (else its one entry of tensors alone, whatever its
+  name), `optimizer` | `optimizer_state_dict`, optional `scheduler`, `scaler`, `step`, `history`;
 - a bare model state_dict (every value a tensor);
 - a PyTorch Lightning `.ckpt` (`state_dict`, `optimizer_states`, `lr_schedulers`, `global_step`);
 - a Hugging Face Trainer checkpoint folder (`pytorch_model.bin` or `model.safetensors`,
@@ -234,10 +234,16 @@ def _read_dict(data: Any, path: Path) -> Checkpoint:
         return _read_lightning(data)
     model_key = next((k for k in _MODEL_KEYS if isinstance(data.get(k), dict)), None)
     if model_key is None:
+        # An entry of another name (Deep-SVDD's 'net_dict', a 'generator' beside its 'optimizer'): the one
+        # entry whose every value is a tensor, where there is exactly one.
+        tensor_dicts = [k for k, v in data.items() if isinstance(v, dict) and v
+                        and all(isinstance(t, torch.Tensor) for t in v.values())]
+        model_key = tensor_dicts[0] if len(tensor_dicts) == 1 else None
+    if model_key is None:
         raise CheckpointError(
             f"Expected '{path}' to have one of the entries {', '.join(_MODEL_KEYS)} holding the "
-            f"model's state_dict, found the entries {sorted(map(str, data))[:12]}. "
-            "Re-save with a 'model' entry, or save model.state_dict() alone."
+            f"model's state_dict (or exactly one entry holding tensors alone), found the entries "
+            f"{sorted(map(str, data))[:12]}. Re-save with a 'model' entry, or save model.state_dict() alone."
         )
     optimizer_key = next((k for k in _OPTIMIZER_KEYS if isinstance(data.get(k), dict)), None)
     return Checkpoint(

@@ -90,8 +90,13 @@ def with_terms(setup: Setup) -> Setup:
 
 def terms_of(setup: Setup) -> Optional[TermsLoss]:
     """The TermsLoss under setup.loss_fn (through whatever wraps it), where the run declares auxiliary terms."""
+    fn = _terms_loss(setup)
+    return fn if fn is not None and fn.auxiliary else None
+
+
+def _terms_loss(setup: Setup) -> Optional[TermsLoss]:
     fn = inspect.unwrap(setup.loss_fn, stop=lambda f: isinstance(f, TermsLoss))
-    return fn if isinstance(fn, TermsLoss) and fn.auxiliary else None
+    return fn if isinstance(fn, TermsLoss) else None
 
 
 @contextlib.contextmanager
@@ -109,10 +114,11 @@ def scaled_terms(setup: Setup, factor: float) -> Iterator[None]:
 
 
 def dict_terms(setup: Setup, model: Any, batch: Any) -> list[str]:
-    """The names of the terms loss_fn returns on `batch` where it returns several and Setup.auxiliary_terms
-    names none ([] otherwise)."""
-    fn = inspect.unwrap(setup.loss_fn, stop=lambda f: isinstance(f, TermsLoss))
-    if not isinstance(fn, TermsLoss) or fn.auxiliary:
+    """The names of the terms loss_fn returns on `batch` where it returns several, Setup.auxiliary_terms
+    names none, and one optimizer trains them all ([] otherwise: with several optimizers, each term is one
+    network's objective by design, a GAN's generator term the only one to train the generator)."""
+    fn = _terms_loss(setup)
+    if fn is None or fn.auxiliary or len(getattr(setup.optimizer, "optimizers", {})) > 1:
         return []
     found = fn.loss_fn(model, batch)
     return list(found) if isinstance(found, Mapping) and len(found) >= 2 else []
@@ -122,7 +128,7 @@ def dict_terms(setup: Setup, model: Any, batch: Any) -> list[str]:
 def read_as_auxiliary(setup: Setup, names: tuple[str, ...]) -> Iterator[None]:
     """While inside, `names` are read as auxiliary terms (the loss's value is the other terms'), though
     Setup.auxiliary_terms did not name them."""
-    fn = inspect.unwrap(setup.loss_fn, stop=lambda f: isinstance(f, TermsLoss))
+    fn = _terms_loss(setup)
     before, fn.auxiliary = fn.auxiliary, names
     try:
         yield

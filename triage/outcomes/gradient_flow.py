@@ -86,10 +86,16 @@ class GradientFlowOutcome(Outcome):
         default_factory=list, description="The loss terms Setup.auxiliary_terms names (a regulariser, a load-balancing "
                                           "loss): the objective is the other terms.",
         json_schema_extra={"words": "auxiliary terms"})
-    auxiliary_declared: bool = Field(
-        default=True, description="False where Setup.auxiliary_terms named none, and the term reported is the one "
-                                  "of the loss's terms that alone trains the largest share of weights the others read.",
+    auxiliary_declared: Optional[bool] = Field(
+        default=None, description="True where Setup.auxiliary_terms named the auxiliary terms; False where it named "
+                                  "none, and the term reported is the one of the loss's terms that alone trains the "
+                                  "largest share of weights the others read; None where the loss has no terms.",
         json_schema_extra={"words": "auxiliary terms named by the run"})
+    objective_reaches_input: Optional[bool] = Field(
+        default=None, description="Where the run named no auxiliary term: whether the other terms' gradient reaches "
+                                  "any weight of a module handed the batch's inputs (False: everything they train "
+                                  "sits after a step that passes no gradient). None where not read.",
+        json_schema_extra={"words": "objective's gradient reaches the input layer"})
     objective_missed: list[str] = Field(
         default_factory=list, description="Trainable parameters the whole loss's gradient reaches and the objective's "
                                           "does not: only the auxiliary terms train them.",

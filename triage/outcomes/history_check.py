@@ -30,3 +30,12 @@ class HistoryOutcome(Outcome):
                                   "measured on the training snapshot: a logged validation loss that never went "
                                   "below it never showed anything learned.",
         json_schema_extra={"words": "loss of learning nothing"})
+    val_nothing_level: Optional[float] = Field(
+        default=None, description="The same prediction of nothing learned (the training snapshot's class frequencies "
+                                  "or mean target), scored on the validation batches: what the logged validation "
+                                  "loss is set against.",
+        json_schema_extra={"words": "loss of learning nothing on validation"})
+    val_checkpoint: Optional[float] = Field(
+        default=None, description="The run's loss on the first validation batches at the checkpoint (eval mode): "
+                                  "the log's validation figures are in the run's units where its last one is near it.",
+        json_schema_extra={"words": "validation loss at the checkpoint"})

@@ -44,7 +44,6 @@ _CHANGES = {
     "lr_scale_from": lambda v: f"lr×the ratio '{v}' suggested" if v else "lr as the run",
     "hold_peak_of": lambda v: f"lr held at the schedule's peak ('{v}')" if v else "lr schedule as the run",
     "unfreeze": lambda v: "every parameter trained" if v else "frozen parameters as the run",
-    "hold_peak_of": lambda v: "the LR held at the schedule's peak",
     "unsquash": lambda v: "squashing output undone" if v else "output as the run",
     "revive_dead": lambda v: "dead units re-initialised" if v else "dead units left",
     "swap_saturating": lambda v: "sigmoid/tanh replaced by ReLU" if v else "activations as the run",
