@@ -57,7 +57,7 @@ def measure(ctx: Context, p: OverlapParams) -> OverlapOutcome:
         ctx.restart()
     return OverlapOutcome(
         has_val=True, train_examples=len(train_hashes), val_examples=val_examples, duplicates=duplicates,
-        train_repeat_fraction=sum(counts[d] > 1 for d in train_hashes) / len(train_hashes) if train_hashes else None,
+        train_repeat_fraction=_repeat_fraction(train_hashes, counts),
         duplicate_fraction=duplicates / val_examples if val_examples else 0.0,
         first_duplicates=flags.nonzero().flatten()[:20].tolist(), duplicate_loss=losses[0], other_loss=losses[1],
         shifted_copies=shifted, shifted_fraction=shifted / compared if compared else None,
@@ -65,6 +65,16 @@ def measure(ctx: Context, p: OverlapParams) -> OverlapOutcome:
         near_fraction=near.near / near.compared if near and near.compared else None,
         near_distance_ratio=near.distance_ratio if near else None, near_loss=near_losses[0], far_loss=near_losses[1],
     )
+
+
+def _repeat_fraction(hashes: list[str], counts: Counter) -> Optional[float]:
+    """The share of training examples another one of the snapshot repeats, beyond passes over the data: where
+    every example appears at least m times (a snapshot of m epochs of one set), only a count above m is the
+    data's own repetition (Deep SVDD's 216 normal images, each drawn every epoch, repeat none of one another)."""
+    if not hashes:
+        return None
+    passes = min(counts.values())
+    return sum(counts[d] > passes for d in hashes) / len(hashes)
 
 
 @torch.no_grad()

@@ -26,8 +26,9 @@ class OverlapOutcome(Outcome):
         default=0.0, description="duplicates / val_examples; unknown where examples are not rows.",
         json_schema_extra={"words": "duplicate share", "unit": "%"})
     train_repeat_fraction: Optional[float] = Field(
-        default=None, description="Training examples that another training example of the snapshot repeats exactly: "
-                                  "how often an example drawn from the same data repeats one already drawn.",
+        default=None, description="Training examples that another training example of the snapshot repeats exactly, "
+                                  "beyond the snapshot's passes over its data (each example's count above the least "
+                                  "count): how often an example drawn from the same data repeats one already drawn.",
         json_schema_extra={"words": "training examples repeated within training", "unit": "%"})
     first_duplicates: list[int] = Field(
         default_factory=list, description="Up to 20 val example indices.",
