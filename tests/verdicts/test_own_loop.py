@@ -72,8 +72,10 @@ def test_a_loop_with_no_optimizer_declares_its_lr_and_lr_candidates_reach_it():
     assert loop.optimizer_stepped and loop.manual_updates == 20 and not loop.grads_accumulate
 
 
-@pytest.mark.parametrize("lr, cause", [(1e-4, "lr_too_low"), (30.0, "lr_too_high")])
-def test_a_loop_with_no_optimizer_gets_its_lr_verdict_from_a_model_only_checkpoint(tmp_path, lr, cause):
+# lr_too_low at medium: the run gives no validation data, and the higher LR's gain was measured on the training
+# batches its replays looped (playbook node lr_gain_where).
+@pytest.mark.parametrize("lr, cause, confidence", [(1e-4, "lr_too_low", "medium"), (30.0, "lr_too_high", "high")])
+def test_a_loop_with_no_optimizer_gets_its_lr_verdict_from_a_model_only_checkpoint(tmp_path, lr, cause, confidence):
     """A hand-written update saves the model only (it has no optimizer state): triage restores that, hands
     the step its LR times each candidate's factor, and the LR fault is found (issue 21's suite loops)."""
     def factory():
@@ -91,7 +93,7 @@ def test_a_loop_with_no_optimizer_gets_its_lr_verdict_from_a_model_only_checkpoi
     # at most. Here x1000 is enough (1e-4 -> 0.1) going up, x0.1 going down.
     winner = next(c for d in report.decisions for c in d.candidates if c.winner)
     assert report.experiment(winner.id).outcome["least_working_factor"] in (1e3, 1e-1)
-    assert (report.root_cause, report.confidence, winner.cap_reason) == (cause, "high", None)
+    assert (report.root_cause, report.confidence, winner.cap_reason) == (cause, confidence, None)
 
 
 def test_a_manual_loop_without_a_declared_lr_says_an_lr_candidate_cannot_reach_it():

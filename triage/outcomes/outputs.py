@@ -66,8 +66,7 @@ class OutputCheckOutcome(Outcome):
                                   "the run's loss is finite and its gradient on the output is not: once the model "
                                   "is that sure of one example, the batch's gradient is NaN. None where it stays "
                                   "finite, or no classifier's prediction could be built.",
-        json_schema_extra={"words": "margin at which the loss's gradient turns non-finite", "unit": "logits",
-                           "ranks": "min"})
+        json_schema_extra={"words": "margin (logits) at which the loss's gradient turns non-finite", "ranks": "min"})
     unstable_op: Optional[str] = Field(
         default=None, description="The backward op autograd's anomaly mode named for that non-finite gradient.",
         json_schema_extra={"words": "op whose gradient turns non-finite"})
