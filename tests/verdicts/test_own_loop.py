@@ -72,8 +72,8 @@ def test_a_loop_with_no_optimizer_declares_its_lr_and_lr_candidates_reach_it():
     assert loop.optimizer_stepped and loop.manual_updates == 20 and not loop.grads_accumulate
 
 
-# lr_too_low at medium: the run gives no validation data, and the higher LR's gain was measured on the training
-# batches its replays looped (playbook node lr_gain_where).
+# lr_too_low at medium: the run gives no validation data and no log, and the higher LR's gain was measured on the
+# training batches its replays looped (playbook node lr_gain_where).
 @pytest.mark.parametrize("lr, cause, confidence", [(1e-4, "lr_too_low", "medium"), (30.0, "lr_too_high", "high")])
 def test_a_loop_with_no_optimizer_gets_its_lr_verdict_from_a_model_only_checkpoint(tmp_path, lr, cause, confidence):
     """A hand-written update saves the model only (it has no optimizer state): triage restores that, hands
