@@ -84,16 +84,18 @@ def _alone_trained(session, outcome: GradientFlowOutcome, reach: dict[str, dict[
     whether the other terms' gradient reaches any weight of a module that reads the batch's inputs (where it
     reaches none, everything it trains sits after a step that passes no gradient: a quantizer without its
     straight-through estimator)."""
-    found: dict = {}
+    found, found_norms = {}, {}
     for name, norms in reach.items():
         with read_as_auxiliary(session.setup, (name,)):
             missed = _missed_by_objective(session, outcome, norms, (name,))
         reads = missed["objective_shift"] is not None and missed["objective_shift"] > OBJECTIVE_READS
         if reads and missed["objective_missed_fraction"] > found.get("objective_missed_fraction", 0.0):
-            readers = _input_readers(session)
-            found = {**missed, "objective_reaches_input": any(norms.get(n) is not None for n in readers)
-                     if readers else None}
-    return {**found, "auxiliary_declared": False} if found else {}
+            found, found_norms = missed, norms
+    if not found:
+        return {}
+    readers = _input_readers(session)
+    reaches = any(found_norms.get(n) is not None for n in readers) if readers else None
+    return {**found, "objective_reaches_input": reaches, "auxiliary_declared": False}
 
 
 def _input_readers(session) -> list[str]:

@@ -6,7 +6,6 @@ the inputs (correlation with the neighbours' targets)."""
 from __future__ import annotations
 
 from collections import Counter
-
 from typing import Any, Optional
 
 import torch
@@ -267,7 +266,9 @@ def _knn_target_correlation(session: Any, p: LabelCheckParams) -> Optional[float
         return None
     # Batches padded each to its own longest example (sets, sentences) flatten to different widths: the
     # examples of the width most of them share are read, set against one another.
-    widths = Counter(x.shape[1] for x in xs for _ in range(len(x)))
+    widths: Counter = Counter()
+    for x in xs:
+        widths[x.shape[1]] += len(x)
     width = max(widths, key=widths.get)
     xs, ys = zip(*[(x, y) for x, y in zip(xs, ys) if x.shape[1] == width])
     x, y = torch.cat(xs), torch.cat(ys)

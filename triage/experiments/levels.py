@@ -102,7 +102,8 @@ def _measure(session: Any, scored: Optional[list[Any]] = None) -> LossLevels:
     if binary_targets(session.batches, output):
         constant = best_constant_loss(setup, batches, binary_constants(mean),
                                       chosen_on=session.batches[:PROBE_BATCHES] if scored else None)
-        return LossLevels(kind="binary", constant=constant, floor=_floor(constant, perfect_loss(setup, batches, "binary")))
+        return LossLevels(kind="binary", constant=constant,
+                          floor=_floor(constant, perfect_loss(setup, batches, "binary")))
     constant = constant_loss(setup, batches, mean)
     return LossLevels(kind="regression", constant=constant,
                       floor=_floor(constant, perfect_loss(setup, batches, "regression")))
@@ -135,8 +136,11 @@ def _the_target_in_every_column(output: torch.Tensor, batch: Any) -> Optional[to
     return target.reshape(output.shape[:-1]).unsqueeze(-1).expand_as(output).to(output.dtype).clone()
 
 
+PERFECT_MARGIN = 30.0  # logits: the true class 30 above the rest, a probability within 1e-13 of 1
+
+
 def perfect_loss(setup: Any, batches: list[Any], kind: str,
-                 margins: tuple[float, ...] = (30.0,)) -> Optional[float]:
+                 margins: tuple[float, ...] = (PERFECT_MARGIN,)) -> Optional[float]:
     """The run's mean loss over `batches` on a perfect prediction for levels of `kind` (a margin on the true
     class; the 0/1 target or its logit, the lower; the target itself), None where none can be built; the
     least over `margins` where a margin is built (label smoothing scores a margin of 30 above one of 10).
@@ -150,9 +154,6 @@ def perfect_loss(setup: Any, batches: list[Any], kind: str,
         makers = [_the_target] if kind == "regression" else []
     values = [v for v in (loss_with_output(setup, batches, make) for make in makers) if v is not None]
     return min(values, default=None)
-
-
-PERFECT_MARGIN = 30.0  # logits: the true class 30 above the rest, a probability within 1e-13 of 1
 
 
 def _floor(constant: Optional[float], perfect: Optional[float]) -> Optional[float]:

@@ -355,7 +355,7 @@ NAMED: dict[str, NamedRule] = {
         "every value the run's loss handed binary_cross_entropy_with_logits or cross_entropy lay in [0, 1], "
         "spread over half of it"),
     # The loss is finite on confident predictions but its gradient is not: training runs until one example is
-    # that sure, and then every weight turns NaN at once (a focal loss with gamma under 1).
+    # that sure, and then that step's gradient is NaN for the whole batch (a focal loss with gamma under 1).
     "nan_when_confident": NamedRule(
         ("outputs",), "$outputs.unstable_margin != none",
         "the run's loss is finite where the model is sure of every example (a margin of 10 to 30 logits on its "
