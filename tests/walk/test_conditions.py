@@ -93,8 +93,9 @@ def test_a_named_rule_is_the_judges_rule_on_the_nodes_it_names_unknowns_included
     assert stalls.evaluate(lambda n, f: keeping_up[(n, f)]) is False
     assert stalls.value(lambda n, f: unknown_pace[(n, f)]) is None
     assert parse_condition("slows_to_a_stall(b)").evaluate(lambda n, f: keeping_up[(n, f)]) is True
-    # Weights that barely moved (same_batches_ratio is measured only then), and its last batches scoring as they
-    # did at its start: a stall, however far its loss fell between its first batches and its last.
+    # Weights that barely moved, or moved a tenth of their norm (same_batches_ratio is measured only then), and its
+    # last batches scoring as they did at its start: a stall, however far its loss fell between its first batches
+    # and its last.
     still = {**keeping_up, ("b", "loss_ratio"): 0.67}
     assert stalls.evaluate(lambda n, f: {**still, ("b", "same_batches_ratio"): 1.0}[(n, f)]) is True
     assert stalls.evaluate(lambda n, f: {**still, ("b", "same_batches_ratio"): 0.7}[(n, f)]) is False

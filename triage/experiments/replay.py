@@ -38,7 +38,7 @@ from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, pair
 from triage.judge.extension import ReferenceFigures, worth_more_steps
 from triage.judge.fix import end_of, highest_working_end, sane_level
 from triage.judge.levels import below_floor, gap_ratio
-from triage.judge.named import WEIGHTS_STILL
+from triage.judge.named import WEIGHTS_BUSY, WEIGHTS_STILL
 from triage.judge.race import Bar, lowest, noise, out_of_contention
 from triage.views import Curve, Line
 from triage.outcomes.replay import ReplayOutcome
@@ -214,7 +214,8 @@ def _measured(ctx: Context, p: ReplayParams, loss_fn, race: bool, beat: Optional
         raise NotApplicable("The run's own train_step does not let this candidate in: "
                             + "; ".join(trace.not_applicable) + ".")
     outcome = _summarise(trace, setup.model, clip, skip, ctx, p)
-    if outcome.update_ratio is not None and outcome.update_ratio < WEIGHTS_STILL and _scored_as_trained(p, loss_fn):
+    if (outcome.update_ratio is not None and not WEIGHTS_STILL <= outcome.update_ratio < WEIGHTS_BUSY
+            and _scored_as_trained(p, loss_fn)):
         outcome = outcome.model_copy(update={"same_batches_ratio": same_batches_ratio(
             session, setup, trace.start_weights, trace.batch_order, len(trace.losses))})
     # A restart's fresh model, its moments and its start weights, freed before a longer reference replay

@@ -112,9 +112,9 @@ class ReplayOutcome(VerifiedFix):
                                   "how fast the run could be learning under its own step-to-step noise.",
         json_schema_extra={"words": "standard error of the log-loss slope", "unit": "per step"})
     same_batches_ratio: Optional[float] = Field(
-        default=None, description="Where the weights moved under 0.1% of their norm: the end window's batches scored "
-                                  "at the replay's end over the same batches scored at its start (about 1: the "
-                                  "fall between its windows is the batches', not learning).",
+        default=None, description="Where the weights moved under 0.1% of their norm, or a tenth of it or more: the "
+                                  "end window's batches scored at the replay's end over the same batches scored at "
+                                  "its start (about 1: the fall between its windows is the batches', not learning).",
         json_schema_extra={"words": "end window's batches, end / start", "unit": "×"})
     fall_kept: Optional[float] = Field(
         default=None, description="The loss's fall over the second half of the steps over its fall over the first "
