@@ -16,7 +16,7 @@ from triage.experiments.fingerprint import graph_membership
 from triage.experiments.label_shift import measure_shift
 from triage.experiments.levels import regression_target, top_output
 from triage.experiments.pairing import pair_lift, paired_views
-from triage.experiments.loss_inputs import binary_targets, loss_broadcast
+from triage.experiments.loss_inputs import binary_targets, loss_broadcast, other_terms_gradient
 from triage.experiments.neighbours import leave_one_out_agreement
 from triage.experiments.sequence_targets import distinct_inputs, target_lift, token_bags
 from triage.batches import named_tensors, replace_tensor, to_device
@@ -94,6 +94,7 @@ def _labels(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
         ctx.restart()
     lift, compared = target_lift(batches, name, k, p.ignore_index, p.max_vocabulary, p.knn_examples)
     pushed = reward_push(session)
+    others = other_terms_gradient(session.setup, batches[0], session.device)
     return LabelCheckOutcome(
         **shift.model_dump(), target_lift=lift, target_lift_examples=compared,
         is_classification=True, num_classes=k, target=name, target_broadcast=broadcast,
@@ -108,7 +109,8 @@ def _labels(ctx: Context, p: LabelCheckParams) -> LabelCheckOutcome:
         class_ordered=class_ordered(distinct, ratio),
         knn_agreement=knn, chance_agreement=float((frequencies ** 2).sum()) if knn is not None else None,
         knn_examples=used, soft_target=soft, soft_knn_agreement=soft_knn, soft_chance_agreement=soft_chance,
-        example_weights=example_weights(session), reward_name=pushed.name if pushed else None,
+        example_weights=example_weights(session), other_terms_gradient=others,
+        reward_name=pushed.name if pushed else None,
         reward_push_correlation=pushed.correlation if pushed else None,
     )
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from triage.batches import named_tensors
 from triage.experiments.interventions import SQUASH_TOLERANCE
-from triage.experiments.training import autocast
+from triage.experiments.training import autocast, untouched_buffers_and_rng
 
 SCORE_LOSSES = ("binary_cross_entropy_with_logits", "cross_entropy")
 
@@ -126,6 +126,48 @@ def _wrapped(names: tuple[str, ...], wrap: Callable) -> Iterator[None]:
     finally:
         for name, original in originals.items():
             setattr(F, name, original)
+
+
+# The losses a class's log-likelihood is written with: nll_loss on log-probabilities, cross_entropy on scores.
+CLASS_LOSSES = ("nll_loss", "cross_entropy")
+
+
+def other_terms_gradient(setup, batch, device: torch.device) -> Optional[float]:
+    """The gradient the run's loss sends its weights through everything but its class losses, over the one those
+    send, on `batch`: 0 where the loss is its nll_loss / cross_entropy alone (their sum and scaling included); near
+    1 or more where another term weighs as much (a point process's integral of its intensities, which bounds the
+    log-intensities its nll_loss is handed). None where no class loss is called, or it could not be measured."""
+    params = [q for q in setup.model.parameters() if q.requires_grad]
+    calls = []
+
+    def wrapped(name, original):
+        def call(*args, **kwargs):
+            calls.append(name)
+            return original(*args, **kwargs).detach()  # its value kept, its gradient taken out
+        return call
+
+    def gradient(detached: bool) -> Optional[torch.Tensor]:
+        with contextlib.ExitStack() as stack:
+            if detached:
+                stack.enter_context(_wrapped(CLASS_LOSSES, wrapped))
+            stack.enter_context(untouched_buffers_and_rng(setup.model))
+            stack.enter_context(autocast(setup.precision, device))
+            loss = setup.loss_fn(setup.model, batch)
+        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            return torch.zeros(())
+        grads = torch.autograd.grad(loss.float(), params, allow_unused=True)
+        flat = [g.reshape(-1).float() for g in grads if g is not None]
+        return torch.cat(flat) if flat else torch.zeros(())
+
+    try:
+        whole = gradient(detached=False)
+        rest = gradient(detached=True)
+    except Exception:  # noqa: BLE001 - a figure, not a replay: a loss that fails here leaves it unknown
+        return None
+    if not calls or not (torch.isfinite(whole).all() and torch.isfinite(rest).all()):
+        return None
+    theirs = float((whole - rest).norm()) if rest.numel() == whole.numel() else float(whole.norm())
+    return float(rest.norm()) / theirs if theirs > 0 else None
 
 
 def loss_broadcast(setup, batch, device: torch.device) -> Optional[str]:

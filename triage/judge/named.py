@@ -176,6 +176,11 @@ RANKS_SHARE = 0.5
 # An optimizer of a set given its previous step's gradient again (loop_diff's exact check) on half its steps
 # or more: a reset left out. A loop that resets scores 0, whatever its noise.
 STALE_STEPS = 0.5
+# A loss's terms besides its nll_loss / cross_entropy send its weights a tenth of the gradient those send, or
+# more: the class log-likelihood is one term of a larger likelihood (a point process's log-intensities at its
+# events, bounded by the integral of its intensities), and a value below zero is no sign of scores handed to
+# nll_loss unnormalised. A weight penalty written into the loss sends a few percent.
+OTHER_TERMS = 0.1
 
 
 _INIT_ABNORMAL = (f"$init.setup_init_ratio > {INIT_START_RATIO} or $init.setup_init_vs_nothing > {INIT_START_RATIO} "
@@ -238,6 +243,10 @@ NAMED: dict[str, NamedRule] = {
         ("replay", "search"), f"$replay.search_speedup < {KEPT_UP} * $search.lr_factor",
         "the run, replayed long enough, reached the loss the search's higher LR reached in under a third of the "
         "LR's factor times the steps: slower than at the higher LR, not held back by its LR"),
+    "class_loss_alone": NamedRule(
+        ("labels",), f"$labels.other_terms_gradient == none or $labels.other_terms_gradient < {OTHER_TERMS}",
+        "the loss's terms other than nll_loss / cross_entropy send the weights under a tenth of the gradient those "
+        "send (or none are measured)"),
     "learned_nothing": NamedRule(
         ("replay",), f"$replay.level_ratio > {NOTHING_LEARNED}",
         "the replay ended at 90% or more of the loss of learning nothing (a constant prediction)"),

@@ -104,6 +104,12 @@ class LabelCheckOutcome(LabelShift):
                                   "returns or advantages, an importance weight): the loss weighs each label's "
                                   "log-likelihood by it, and may go below zero by design. Its place in the batch.",
         json_schema_extra={"words": "example weights"})
+    other_terms_gradient: Optional[float] = Field(
+        default=None, description="The gradient the loss sends the weights through its terms other than nll_loss / "
+                                  "cross_entropy, over the one those send, on the first batch: 0 where the loss is "
+                                  "the class log-likelihood alone; near 1 or more where another term (a point "
+                                  "process's integral of its intensities) weighs as much.",
+        json_schema_extra={"words": "gradient of the loss's other terms over its class terms'", "unit": "×"})
     reward_name: Optional[str] = Field(
         default=None, description="A float per example the loss reads, named as a reward (returns, rewards, "
                                   "advantages), whose values move the loss's gradient on the actions: its place in "
