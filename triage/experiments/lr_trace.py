@@ -11,6 +11,7 @@ from pydantic import Field
 
 from triage.experiments.base import Context, Experiment, Params
 from triage.experiments.training import current_lr
+from triage.judge.named import DECAYED_LR
 from triage.views import Curve, Mark
 from triage.outcomes.lr_trace import LrTraceOutcome
 
@@ -67,6 +68,7 @@ def measure(ctx: Context, p: LrTraceParams) -> LrTraceOutcome:
                 truncated = True
                 break
     peak = max(max(lrs), lr_now)
+    idle_from = _idle_from(lrs, peak) if setup.total_steps and not truncated else None
     keep = np.unique(np.linspace(0, len(lrs) - 1, min(len(lrs), MAX_POINTS)).round().astype(int))
     if checkpoint_step is not None and checkpoint_step < len(lrs):
         keep = np.union1d(keep, [checkpoint_step])
@@ -75,7 +77,25 @@ def measure(ctx: Context, p: LrTraceParams) -> LrTraceOutcome:
         checkpoint_step=checkpoint_step, lr_now=lr_now, lr_peak=peak,
         lr_now_ratio=lr_now / peak if peak > 0 else 0.0, lr_end=lrs[-1], horizon=horizon, truncated=truncated,
         past_peak=checkpoint_step is not None and checkpoint_step >= int(np.argmax(lrs)),
+        position_known=_position_known(ctx), lr_idle_from=idle_from,
     )
+
+
+def _idle_from(lrs: list[float], peak: float) -> Optional[int]:
+    """The step after the peak from which the LR stays under DECAYED_LR of it to the trace's end (None: never)."""
+    low = np.asarray(lrs) < DECAYED_LR * peak
+    top = int(np.argmax(lrs))
+    if not low[-1]:
+        return None
+    above = np.flatnonzero(~low[top:])
+    return top + (int(above[-1]) + 1 if above.size else 0)
+
+
+def _position_known(ctx: Context) -> bool:
+    """The checkpoint says where the run stood on its schedule: a step, or the scheduler's own state. Without
+    either, a scheduler built by setup() is at its step 0 whatever the run's was."""
+    checkpoint = ctx.session.checkpoint
+    return checkpoint is None or checkpoint.step is not None or checkpoint.scheduler_state is not None
 
 
 def _checkpoint_step(ctx: Context) -> Optional[int]:

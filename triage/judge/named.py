@@ -74,6 +74,7 @@ SHIFTED_SHARE = 0.5
 NEAR_SHARE = 0.2
 NEAR_COUNT = 10
 DECAYED_LR = 0.01  # the schedule's LR now under 1% of its peak, past the peak: decayed to ~0
+IDLE_SHARE = 0.5  # ... or, its place on the schedule unknown, from before half of the run's declared steps on
 BROUGHT_DOWN_LR = 0.1  # ... under a tenth of it: weights freed now barely move at that LR
 # The earliest layers' gradient norm under 1% of the latest's (gradient_flow): two orders of magnitude
 # lost on the way down, where a healthy deep net stays within one.
@@ -307,6 +308,15 @@ NAMED: dict[str, NamedRule] = {
         ("schedule",),
         f"$schedule.has_scheduler and $schedule.past_peak and $schedule.lr_now_ratio < {DECAYED_LR}",
         "the run has a scheduler, is past its peak, and its LR now is under 1% of the peak"),
+    # Where the checkpoint does not say where the run stood (no step, no scheduler state): the schedule, traced
+    # over the length the run declares, sits under 1% of its peak for over half of it (a warm-up-and-decay
+    # schedule handed the epoch count where it counts batches). A schedule and a run length that disagree.
+    "schedule_ends_early": NamedRule(
+        ("schedule",),
+        f"$schedule.has_scheduler and not $schedule.position_known and $schedule.lr_idle_from != none "
+        f"and $schedule.lr_idle_from < {IDLE_SHARE} * $schedule.horizon",
+        "the checkpoint holds no step or scheduler state, and the schedule, traced over the run's declared "
+        "total_steps, is under 1% of its peak for over half of them"),
     "schedule_brought_down": NamedRule(
         ("schedule",),
         f"$schedule.has_scheduler and $schedule.past_peak and $schedule.lr_now_ratio < {BROUGHT_DOWN_LR}",

@@ -41,6 +41,15 @@ class LrTraceOutcome(Outcome):
     horizon: int = Field(
         description="Steps the trace was meant to cover.",
         json_schema_extra={"words": "horizon", "unit": "steps"})
+    position_known: bool = Field(
+        default=True, description="The checkpoint holds a step or the scheduler's state (else where the run stood "
+                                  "on its schedule is not known, and checkpoint_step is a fresh scheduler's 0).",
+        json_schema_extra={"words": "checkpoint's place on the schedule known"})
+    lr_idle_from: Optional[int] = Field(
+        default=None, description="Where the run declares its length (total_steps): the step after the schedule's "
+                                  "peak from which its LR stays under 1% of the peak to the run's end (none: it "
+                                  "never does).",
+        json_schema_extra={"words": "LR under 1% of its peak from step", "unit": "steps"})
     truncated: bool = Field(
         default=False, description="The schedule ended early, or the walk's ceiling (--max-minutes) cut the trace.",
         json_schema_extra={"words": "cut short by the time ceiling"})
