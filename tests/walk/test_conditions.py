@@ -99,6 +99,8 @@ def test_a_named_rule_is_the_judges_rule_on_the_nodes_it_names_unknowns_included
     still = {**keeping_up, ("b", "loss_ratio"): 0.67}
     assert stalls.evaluate(lambda n, f: {**still, ("b", "same_batches_ratio"): 1.0}[(n, f)]) is True
     assert stalls.evaluate(lambda n, f: {**still, ("b", "same_batches_ratio"): 0.7}[(n, f)]) is False
+    # ... nor where they score clearly worse at its end: a model changing fast (a healthy VQ-VAE, 1.13), no stall.
+    assert stalls.evaluate(lambda n, f: {**still, ("b", "same_batches_ratio"): 1.13}[(n, f)]) is False
 
 
 def test_a_named_rule_inside_a_condition_keeps_its_own_precedence():
