@@ -146,7 +146,7 @@ def other_terms_gradient(setup, batch, device: torch.device) -> Optional[float]:
             return original(*args, **kwargs).detach()  # its value kept, its gradient taken out
         return call
 
-    def gradient(detached: bool) -> Optional[torch.Tensor]:
+    def gradient(detached: bool) -> list[Optional[torch.Tensor]]:
         with contextlib.ExitStack() as stack:
             if detached:
                 stack.enter_context(_wrapped(CLASS_LOSSES, wrapped))
@@ -154,20 +154,26 @@ def other_terms_gradient(setup, batch, device: torch.device) -> Optional[float]:
             stack.enter_context(autocast(setup.precision, device))
             loss = setup.loss_fn(setup.model, batch)
         if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
-            return torch.zeros(())
-        grads = torch.autograd.grad(loss.float(), params, allow_unused=True)
-        flat = [g.reshape(-1).float() for g in grads if g is not None]
-        return torch.cat(flat) if flat else torch.zeros(())
+            return [None] * len(params)
+        return list(torch.autograd.grad(loss.float(), params, allow_unused=True))
 
     try:
-        whole = gradient(detached=False)
         rest = gradient(detached=True)
+        whole = gradient(detached=False)
     except Exception:  # noqa: BLE001 - a figure, not a replay: a loss that fails here leaves it unknown
         return None
-    if not calls or not (torch.isfinite(whole).all() and torch.isfinite(rest).all()):
+    if not calls:
         return None
-    theirs = float((whole - rest).norm()) if rest.numel() == whole.numel() else float(whole.norm())
-    return float(rest.norm()) / theirs if theirs > 0 else None
+    def squared(t: Optional[torch.Tensor]) -> float:
+        return 0.0 if t is None else float(t.float().pow(2).sum())
+
+    rest_sq = theirs_sq = 0.0  # per parameter: no flat copy of a large model's gradient
+    for r, w in zip(rest, whole):
+        rest_sq += squared(r)
+        theirs_sq += squared(w if r is None else (-r if w is None else w - r))
+    if not (math.isfinite(rest_sq) and math.isfinite(theirs_sq)) or theirs_sq == 0:
+        return None
+    return math.sqrt(rest_sq / theirs_sq)
 
 
 def loss_broadcast(setup, batch, device: torch.device) -> Optional[str]:
