@@ -183,6 +183,9 @@ STALE_STEPS = 0.5
 # events, bounded by the integral of its intensities), and a value below zero is no sign of scores handed to
 # nll_loss unnormalised. A weight penalty written into the loss sends a few percent.
 OTHER_TERMS = 0.1
+# Optimizers whose step is normalised per weight (about lr a step, whatever the gradient's scale): under them a
+# step too large is the LR's doing; under SGD the gradient's scale (inputs in raw units) makes it as large.
+NORMALISED_STEP = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax", "SparseAdam", "RMSprop", "Adagrad", "Adadelta")
 
 
 _INIT_ABNORMAL = (f"$init.setup_init_ratio > {INIT_START_RATIO} or $init.setup_init_vs_nothing > {INIT_START_RATIO} "
@@ -246,6 +249,10 @@ NAMED: dict[str, NamedRule] = {
         ("replay", "search"), f"$replay.search_speedup < {KEPT_UP} * $search.lr_factor",
         "the run, replayed long enough, reached the loss the search's higher LR reached in under a third of the "
         "LR's factor times the steps: slower than at the higher LR, not held back by its LR"),
+    "normalised_step": NamedRule(
+        ("search",), f"$search.optimizer_kind in {list(NORMALISED_STEP)}",
+        "the optimizer whose LR the search scaled normalises its step per weight (Adam, RMSprop and the like: each "
+        "weight moves about the LR a step, whatever its gradient)"),
     "class_loss_alone": NamedRule(
         ("labels",), f"$labels.other_terms_gradient == none or $labels.other_terms_gradient < {OTHER_TERMS}",
         "the loss's terms other than nll_loss / cross_entropy send the weights under a tenth of the gradient those "
