@@ -183,6 +183,9 @@ STALE_STEPS = 0.5
 # events, bounded by the integral of its intensities), and a value below zero is no sign of scores handed to
 # nll_loss unnormalised. A weight penalty written into the loss sends a few percent.
 OTHER_TERMS = 0.1
+# A quarter of the trainable weights (by element) get a gradient of exactly zero through an intact graph: an
+# operation with no gradient (round, argmax, sign) between them and the loss, where no dead units explain it.
+ZEROED_SHARE = 0.25
 # Optimizers whose step is normalised per weight (about lr a step, whatever the gradient's scale): under them a
 # step too large is the LR's doing; under SGD the gradient's scale (inputs in raw units) makes it as large.
 NORMALISED_STEP = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax", "SparseAdam", "RMSprop", "Adagrad", "Adadelta")
@@ -352,6 +355,9 @@ NAMED: dict[str, NamedRule] = {
         "the objective's gradient reaches none of some weights that only auxiliary terms train, yet its value "
         "moves when they move (where the run named no term auxiliary: and it reaches no weight that reads the "
         "input)"),
+    "gradient_zeroed": NamedRule(
+        ("flow",), f"$flow.zero_grad_fraction >= {ZEROED_SHARE}",
+        "a quarter of the trainable weights or more get a gradient of exactly zero through an intact graph"),
     "graph_cut": NamedRule(
         ("flow",), f"$flow.no_grad_fraction > {MISSED_BY_OPTIMIZER} and $flow.frozen_fraction < {MISSED_BY_OPTIMIZER}",
         "over half the optimizer's parameters get no gradient at all, and under half are frozen"),
