@@ -25,6 +25,7 @@ from triage.errors import CheckpointError, SetupError, TriageError
 from triage.flight.manifest import triaging
 from triage.load.history import HistoryPoint, read_history_file
 from triage.load.optimizer_fit import Fitted, OptimizerMismatch, fill_flags, fit_state
+from triage.load.schedule_position import advance as advance_scheduler
 from triage.load.derive import derived_factory
 from triage.load.snapshot import Snapshot
 
@@ -222,6 +223,10 @@ def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> list[t
     """Load every part; returns (finding id, text) for what had to be mapped to make it fit."""
     notes: list[tuple[str, str]] = []
     loaded = load_distributed(setup, checkpoint, path)  # a DCP folder, or into an FSDP2 model's shards
+    if checkpoint.scheduler_state is None:
+        placed = advance_scheduler(setup, _with_epoch_step(checkpoint, setup).step)
+        if placed is not None:
+            notes.append(placed)
     optimizer_state = None if "optimizer" in loaded else checkpoint.optimizer_state
     # Fitted before the model loads: the fit steps a copy of the optimizer on stand-ins, and whatever a
     # user's optimizer might reach beyond them is overwritten by the load that follows.
