@@ -24,7 +24,7 @@ from triage.experiments.fingerprint import first_examples
 from triage.experiments.interventions import held_at_peak, swap_saturating, unfrozen, unsquash, unsquashed
 from triage.experiments.loss_inputs import score_losses
 from triage.experiments.label_shift import realigned
-from triage.experiments.levels import loss_levels, perfect_loss
+from triage.experiments.levels import loss_levels, perfect_loss, val_nothing_level
 from triage.experiments.neighbours import NeighbourAgreement, labels_name_groups, neighbour_agreement
 from triage.experiments.own_step import Candidate, OwnStep
 from triage.experiments.probes import IGNORE_INDEX
@@ -625,6 +625,7 @@ def _summarise(t: _Trace, model: torch.nn.Module, clip: Optional[float], skipped
         optimizer_steps=t.optimizer_steps, scheduler_steps=t.scheduler_steps, lr_changed_in=t.lr_changed_in,
         lr_factor=t.lr_factor,
         nothing_level=nothing, loss_floor=levels.floor,
+        val_nothing_level=val_nothing_level(ctx.session) if t.val_losses else None,
         below_floor=below_floor(levels, min(finite_losses) if finite_losses else None),
         level_ratio=end / nothing if end is not None and nothing and nothing > 0 and finite else None,
         perfect_loss=t.perfect, perfect_gap_ratio=gap_ratio(start, end, t.perfect) if finite else None,

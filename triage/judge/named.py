@@ -435,6 +435,21 @@ NAMED: dict[str, NamedRule] = {
                       f"and $history.val_checkpoint <= {LOG_IN_RUN_UNITS} * $history.val_last",
         "in the run's own log, validation never went under the loss of learning nothing (scored on the validation "
         "batches), while training fell under half of it"),
+    # Memorised before the checkpoint: training under half the loss of learning nothing, validation (its first
+    # measure in the replay, before the replay can have moved it) above that loss scored on the validation
+    # batches: the model predicts held-out examples worse than a constant would.
+    "memorised_past_nothing": NamedRule(
+        ("replay",), f"$replay.level_ratio < {MEMORISES} and $replay.val_start > $replay.val_nothing_level",
+        "the replay's training loss sits under half the loss of learning nothing while its validation loss, from "
+        "its first measure, is above that loss scored on the validation batches"),
+    # The labels follow the inputs: a classifier's nearest neighbours agree on them clearly above chance, a
+    # regressor's targets correlate with their neighbours' (what a model can learn and then overfit).
+    "labels_follow_inputs": NamedRule(
+        ("labels",),
+        f"($labels.is_classification and $labels.knn_agreement >= $labels.chance_agreement + {KNN_OVER_CHANCE}) "
+        f"or (not $labels.is_classification and $labels.knn_target_correlation >= {KNN_TARGET_CORRELATION})",
+        "a classifier's nearest neighbours in input space agree on its labels clearly above chance (+0.1), or a "
+        "regressor's targets correlate 0.1 or more with their neighbours'"),
     "trains_on": NamedRule(
         ("replay",), f"$replay.loss_ratio < {CLEAR_STALL_LOSS_RATIO}", "the replay's loss fell 5% or more"),
     "ranks_share_batches": NamedRule(

@@ -172,6 +172,11 @@ class ReplayOutcome(VerifiedFix):
         default=None, description="The loss of a model that learned nothing: the best constant prediction (label "
                                   "entropy, target variance), else ln K.",
         json_schema_extra={"words": "loss of learning nothing"})
+    val_nothing_level: Optional[float] = Field(
+        default=None, description="Where the replay measured validation: the loss of learning nothing as the training "
+                                  "snapshot defines it (its class frequencies, its mean target), scored on the "
+                                  "validation batches.",
+        json_schema_extra={"words": "loss of learning nothing on validation"})
     level_ratio: Optional[float] = Field(
         default=None, description="loss_end / nothing_level: ~1 is a run that learned nothing.",
         json_schema_extra={"words": "end loss / learning nothing", "unit": "×"})
