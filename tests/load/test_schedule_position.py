@@ -54,3 +54,39 @@ def test_a_schedule_that_decayed_before_the_checkpoint_is_found_where_the_checkp
     report = triage.run(factory(50), path, out=tmp_path / "report")[0]
     assert report.root_cause == "lr_schedule_decayed", report.path
     assert "scheduler_placed" in [f.id for f in report.findings]
+
+
+def test_a_step_that_counts_micro_batches_is_not_where_the_schedule_says(tmp_path):
+    """Under gradient accumulation a loop's `enumerate(loader)` step counts micro-batches: stepped that many
+    times, the schedule lands past where the run stood (here past its end: LR 0). The LR the checkpoint's
+    optimizer saved says so, and the scheduler is left unplaced."""
+    run, path = trained(tmp_path, decay_steps=100, steps=50)
+    saved = torch.load(path, weights_only=False)
+    saved["global_step"] = 200  # 4 micro-batches an optimizer step
+    torch.save(saved, path)
+    session = session_of(factory(100), read_checkpoint(path))
+    assert session.setup.scheduler.last_epoch == 0
+    assert "scheduler_not_placed" in [fid for fid, _ in session.load_notes]
+
+
+def test_a_scheduler_whose_step_wants_arguments_is_left_unplaced(tmp_path):
+    class EpochScheduler:  # timm's: step(epoch, metric=None), moved by step_update in the run's own step
+        def __init__(self, optimizer):
+            self.optimizer = optimizer
+
+        def step(self, epoch, metric=None):
+            pass
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    def setup() -> triage.Setup:
+        made = factory(100)()
+        return made.model_copy(update={"scheduler": EpochScheduler(made.optimizer)})
+
+    _, path = trained(tmp_path, decay_steps=100, steps=50)
+    session = session_of(setup, read_checkpoint(path))
+    assert "scheduler_not_placed" in [fid for fid, _ in session.load_notes]

@@ -224,7 +224,7 @@ def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> list[t
     notes: list[tuple[str, str]] = []
     loaded = load_distributed(setup, checkpoint, path)  # a DCP folder, or into an FSDP2 model's shards
     if checkpoint.scheduler_state is None:
-        placed = advance_scheduler(setup, _with_epoch_step(checkpoint, setup).step)
+        placed = advance_scheduler(setup, _with_epoch_step(checkpoint, setup).step, checkpoint.optimizer_state)
         if placed is not None:
             notes.append(placed)
     optimizer_state = None if "optimizer" in loaded else checkpoint.optimizer_state
