@@ -58,17 +58,26 @@ def test_a_likelihood_whose_class_term_is_one_of_its_terms_is_not_a_wrong_loss(t
 
 def test_the_class_terms_gradient_is_told_from_the_rest():
     run = setup()
+    for step in range(100):  # until the loss per event is below zero, where the rule reads the figure
+        run.optimizer.zero_grad()
+        run.loss_fn(run.model, run.batches[step % len(run.batches)]).backward()
+        run.optimizer.step()
     batch = run.batches[0]
     device = torch.device("cpu")
-    assert other_terms_gradient(run, batch, device) > 0.1
-    alone = triage.Setup(model=run.model, optimizer=run.optimizer, batches=run.batches,
-                         loss_fn=lambda m, b: F.nll_loss(F.log_softmax(m(b["history"]), -1).permute(0, 2, 1),
-                                                        b["type_seqs"]))
-    assert other_terms_gradient(alone, batch, device) == 0.0
-    penalised = triage.Setup(model=run.model, optimizer=run.optimizer, batches=run.batches,
-                             loss_fn=lambda m, b: F.cross_entropy(m(b["history"]).permute(0, 2, 1), b["type_seqs"])
-                             + 1e-4 * sum((q ** 2).sum() for q in m.parameters()))
+    assert run.loss_fn(run.model, batch).item() < 0 and other_terms_gradient(run, batch, device) > 0.1
+
+    def raw_logits(m, b):  # nll_loss handed raw scores: below zero, and the class term alone
+        return F.nll_loss(m(b["history"]).permute(0, 2, 1), b["type_seqs"])
+
+    def with_setup(loss_fn):
+        return triage.Setup(model=run.model, optimizer=run.optimizer, batches=run.batches, loss_fn=loss_fn)
+
+    assert raw_logits(run.model, batch).item() < 0
+    assert other_terms_gradient(with_setup(raw_logits), batch, device) == 0.0
+    penalised = with_setup(lambda m, b: raw_logits(m, b) + 1e-4 * sum((q ** 2).sum() for q in m.parameters()))
     assert 0 < other_terms_gradient(penalised, batch, device) < 0.1  # a weight penalty is no likelihood's term
-    unread = triage.Setup(model=run.model, optimizer=run.optimizer, batches=run.batches,
-                          loss_fn=lambda m, b: ((m(b["history"]) - 1) ** 2).mean())
-    assert other_terms_gradient(unread, batch, device) is None  # no class loss called
+    log_probs = with_setup(lambda m, b: F.nll_loss(F.log_softmax(m(b["history"]), -1).permute(0, 2, 1),
+                                                   b["type_seqs"]))
+    assert other_terms_gradient(log_probs, batch, device) is None  # never below zero: not read
+    unread = with_setup(lambda m, b: ((m(b["history"]) - 1) ** 2).mean() - 10)
+    assert other_terms_gradient(unread, batch, device) is None  # below zero, but no class loss called

@@ -13,7 +13,7 @@ import functools
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -136,9 +136,11 @@ def other_terms_gradient(setup, batch, device: torch.device) -> Optional[float]:
     """The gradient the run's loss sends its weights through everything but its class losses, over the one those
     send, on `batch`: 0 where the loss is its nll_loss / cross_entropy alone (their sum and scaling included); near
     1 or more where another term weighs as much (a point process's integral of its intensities, which bounds the
-    log-intensities its nll_loss is handed). None where no class loss is called, or it could not be measured."""
+    log-intensities its nll_loss is handed). None where no class loss is called, the loss on `batch` is not below
+    zero (the one rule that reads it asks about a loss below zero: two passes saved), or it could not be
+    measured."""
     params = [q for q in setup.model.parameters() if q.requires_grad]
-    calls = []
+    calls: list[str] = []
 
     def wrapped(name, original):
         def call(*args, **kwargs):
@@ -146,24 +148,30 @@ def other_terms_gradient(setup, batch, device: torch.device) -> Optional[float]:
             return original(*args, **kwargs).detach()  # its value kept, its gradient taken out
         return call
 
-    def gradient(detached: bool) -> list[Optional[torch.Tensor]]:
+    def loss_of(detached: bool) -> Any:
         with contextlib.ExitStack() as stack:
             if detached:
                 stack.enter_context(_wrapped(CLASS_LOSSES, wrapped))
             stack.enter_context(untouched_buffers_and_rng(setup.model))
             stack.enter_context(autocast(setup.precision, device))
-            loss = setup.loss_fn(setup.model, batch)
+            return setup.loss_fn(setup.model, batch)
+
+    def gradient(loss: Any) -> list[Optional[torch.Tensor]]:
         if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
             return [None] * len(params)
         return list(torch.autograd.grad(loss.float(), params, allow_unused=True))
 
     try:
-        rest = gradient(detached=True)
-        whole = gradient(detached=False)
+        loss = loss_of(detached=False)
+        if not isinstance(loss, torch.Tensor) or not float(loss.detach().float().sum()) < 0:
+            return None  # the one rule that reads this asks about a loss below zero
+        whole = gradient(loss)
+        rest = gradient(loss_of(detached=True))
     except Exception:  # noqa: BLE001 - a figure, not a replay: a loss that fails here leaves it unknown
         return None
     if not calls:
         return None
+
     def squared(t: Optional[torch.Tensor]) -> float:
         return 0.0 if t is None else float(t.float().pow(2).sum())
 

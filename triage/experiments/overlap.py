@@ -72,9 +72,10 @@ def _repeat_fraction(hashes: list[str], counts: Counter) -> Optional[float]:
     """The share of training examples another one of the snapshot repeats, beyond passes over the data: where
     every example appears at least m times (a snapshot of m epochs of one set), only a count above m is the
     data's own repetition (Deep SVDD's 216 normal images, each drawn every epoch, repeat none of one another).
-    Where the snapshot's first examples are every distinct one once (a whole first epoch before any repeats),
-    it is passes over one set, and a count up to its passes rounded up is a pass too (an FNO's 48 batches of 20
-    over 100 solutions: 9.6 passes, 60 solutions drawn a tenth time)."""
+    Where the snapshot's first examples, as many as it holds distinct ones, are all distinct, it reads as passes
+    over one set, and a count up to its passes rounded up is a pass too (an FNO's 48 batches of 20 over 100
+    solutions: 9.6 passes, 60 solutions drawn a tenth time). By order, not by content: rows oversampled by
+    appending copies after one pass read as a partial second pass."""
     if not hashes:
         return None
     passes = min(counts.values())

@@ -214,8 +214,9 @@ def _measured(ctx: Context, p: ReplayParams, loss_fn, race: bool, beat: Optional
         raise NotApplicable("The run's own train_step does not let this candidate in: "
                             + "; ".join(trace.not_applicable) + ".")
     outcome = _summarise(trace, setup.model, clip, skip, ctx, p)
-    if (outcome.update_ratio is not None and not WEIGHTS_STILL <= outcome.update_ratio < WEIGHTS_BUSY
-            and _scored_as_trained(p, loss_fn)):
+    still_or_busy = outcome.update_ratio is not None and (outcome.update_ratio < WEIGHTS_STILL
+                                                          or outcome.update_ratio >= WEIGHTS_BUSY)
+    if still_or_busy and _scored_as_trained(p, loss_fn):
         outcome = outcome.model_copy(update={"same_batches_ratio": same_batches_ratio(
             session, setup, trace.start_weights, trace.batch_order, len(trace.losses))})
     # A restart's fresh model, its moments and its start weights, freed before a longer reference replay
