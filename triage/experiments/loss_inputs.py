@@ -162,10 +162,11 @@ def other_terms_gradient(setup, batch, device: torch.device) -> Optional[float]:
         return list(torch.autograd.grad(loss.float(), params, allow_unused=True))
 
     try:
-        loss = loss_of(detached=False)
-        if not isinstance(loss, torch.Tensor) or not float(loss.detach().float().sum()) < 0:
+        with torch.no_grad():  # its sign first, without a graph: a large model's activations are not kept for it
+            value = loss_of(detached=False)
+        if not isinstance(value, torch.Tensor) or not float(value.float().sum()) < 0:
             return None  # the one rule that reads this asks about a loss below zero
-        whole = gradient(loss)
+        whole = gradient(loss_of(detached=False))
         rest = gradient(loss_of(detached=True))
     except Exception:  # noqa: BLE001 - a figure, not a replay: a loss that fails here leaves it unknown
         return None
