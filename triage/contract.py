@@ -107,6 +107,11 @@ class Setup(BaseModel):
         return self
 
     @property
+    def steps_per_scheduler_step(self) -> int:
+        """Optimizer steps between two scheduler steps: 1, or an epoch's where the run steps it once an epoch."""
+        return self.steps_per_epoch if self.scheduler_interval == "epoch" and self.steps_per_epoch else 1
+
+    @property
     def manual_update(self) -> bool:
         """The run's loop updates the weights itself: train_step is handed the LR, not an optimizer."""
         return isinstance(self.optimizer, ManualUpdate)

@@ -49,7 +49,7 @@ def measure(ctx: Context, p: LrTraceParams) -> LrTraceOutcome:
                               lr_now_ratio=lr_now / peak if peak > 0 else 0.0, horizon=horizon,
                               past_peak=lr_now < peak)
     lrs, truncated = [], False
-    every = setup.steps_per_epoch if setup.scheduler_interval == "epoch" and setup.steps_per_epoch else 1
+    every = setup.steps_per_scheduler_step
     with warnings.catch_warnings():
         # "lr_scheduler.step() before optimizer.step()": true here, and the point.
         warnings.simplefilter("ignore", UserWarning)
@@ -105,7 +105,7 @@ def _checkpoint_step(ctx: Context) -> Optional[int]:
         return int(checkpoint.step)
     setup = ctx.session.setup
     last_epoch = getattr(setup.scheduler, "last_epoch", None)
-    every = setup.steps_per_epoch if setup.scheduler_interval == "epoch" and setup.steps_per_epoch else 1
+    every = setup.steps_per_scheduler_step
     return int(last_epoch) * every if isinstance(last_epoch, int) and last_epoch >= 0 else None
 
 

@@ -445,14 +445,6 @@ NAMED: dict[str, NamedRule] = {
         ("replay",), f"$replay.level_ratio < {MEMORISES} and $replay.val_start > $replay.val_nothing_level",
         "the replay's training loss sits under half the loss of learning nothing while its validation loss, from "
         "its first measure, is above that loss scored on the validation batches"),
-    # The labels follow the inputs: a classifier's nearest neighbours agree on them clearly above chance, a
-    # regressor's targets correlate with their neighbours' (what a model can learn and then overfit).
-    "labels_follow_inputs": NamedRule(
-        ("labels",),
-        f"($labels.is_classification and $labels.knn_agreement >= $labels.chance_agreement + {KNN_OVER_CHANCE}) "
-        f"or (not $labels.is_classification and $labels.knn_target_correlation >= {KNN_TARGET_CORRELATION})",
-        "a classifier's nearest neighbours in input space agree on its labels clearly above chance (+0.1), or a "
-        "regressor's targets correlate 0.1 or more with their neighbours'"),
     "trains_on": NamedRule(
         ("replay",), f"$replay.loss_ratio < {CLEAR_STALL_LOSS_RATIO}", "the replay's loss fell 5% or more"),
     "ranks_share_batches": NamedRule(

@@ -32,8 +32,7 @@ def advance(setup: Any, step: Optional[int], saved_state: Any) -> Optional[Note]
     if scheduler is None or step is None or step <= 0 or \
             isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau) or not hasattr(scheduler, "step"):
         return None
-    every = setup.steps_per_epoch if setup.scheduler_interval == "epoch" else 1
-    calls = step // every if every else 0
+    calls = step // setup.steps_per_scheduler_step
     saved_lr = _saved_lr(saved_state)
     if calls == 0:
         return None
