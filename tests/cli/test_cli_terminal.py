@@ -50,6 +50,9 @@ def leaky_setup():
 def project(tmp_path_factory):
     folder = tmp_path_factory.mktemp("project")
     (folder / "terminal_entry.py").write_text(ENTRY)
+    # Seeded: the labels are random, and from some inits (1 in 12) the walk meets them before the loop, and says
+    # label_bug; unseeded, which init a worker drew depended on the tests it ran first.
+    torch.manual_seed(0)
     torch.save({"model": torch.nn.Linear(4, 2).state_dict()}, folder / "ckpt.pt")
     return folder
 
