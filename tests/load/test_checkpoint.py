@@ -57,6 +57,23 @@ def test_a_model_entry_of_another_name_is_its_one_entry_of_tensors(tmp_path, ent
         read_checkpoint(tmp_path / "two.pt")
 
 
+def test_an_optimizer_entry_of_another_name_and_a_loss_log_under_a_usual_name_are_read(tmp_path, entry):
+    """A hypernetwork's script saves {'iteration', 'hnet_state', 'optimizer_state', 'losses'} (the twelfth
+    round's program): triage replayed it with fresh Adam moments, whose first steps spiked the loss, and called
+    the healthy run lr_too_high with high confidence. The optimizer is the one entry shaped as
+    Optimizer.state_dict() (two such, a GAN's, are not guessed between), the log is `losses`."""
+    s = trained_state()
+    torch.save({"iteration": 7, "hnet_state": s.model.state_dict(), "optimizer_state": s.optimizer.state_dict(),
+                "losses": [2.0, 1.5, 1.2]}, tmp_path / "hnet.pt")
+    ckpt = read_checkpoint(tmp_path / "hnet.pt")
+    assert ckpt.step == 7 and [p.loss for p in ckpt.history] == [2.0, 1.5, 1.2]
+    session = open_session(entry, tmp_path / "hnet.pt")
+    assert session.setup.optimizer.state_dict()["state"][0]["step"] == 1
+    torch.save({"net": s.model.state_dict(), "opt_g": s.optimizer.state_dict(), "opt_d": s.optimizer.state_dict()},
+               tmp_path / "gan.pt")
+    assert read_checkpoint(tmp_path / "gan.pt").optimizer_state is None
+
+
 def test_bare_state_dict(tmp_path, entry):
     s = trained_state()
     torch.save(s.model.state_dict(), tmp_path / "w.pt")

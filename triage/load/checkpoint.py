@@ -2,7 +2,8 @@
 
 Layouts understood (DESIGN §1):
 - a plain dict: `model` | `model_state_dict` | `state_dict` (else its one entry of tensors alone, whatever its
-  name), `optimizer` | `optimizer_state_dict`, optional `scheduler`, `scaler`, `step`, `history`;
+  name), `optimizer` | `optimizer_state_dict` (else its one entry shaped as `Optimizer.state_dict()`), optional `scheduler`, `scaler`, `step`, `history`
+  (or `losses`, `loss_history`, `train_losses`, `train_loss_history`);
 - a bare model state_dict (every value a tensor);
 - a PyTorch Lightning `.ckpt` (`state_dict`, `optimizer_states`, `lr_schedulers`, `global_step`);
 - a Hugging Face Trainer checkpoint folder (`pytorch_model.bin` or `model.safetensors`,
@@ -246,14 +247,18 @@ def _read_dict(data: Any, path: Path) -> Checkpoint:
             f"{sorted(map(str, data))[:12]}. Re-save with a 'model' entry, or save model.state_dict() alone."
         )
     optimizer_key = next((k for k in _OPTIMIZER_KEYS if isinstance(data.get(k), dict)), None)
+    if optimizer_key is None:  # else its one entry shaped as Optimizer.state_dict(), whatever its name
+        shaped = [k for k, v in data.items() if isinstance(v, dict) and {"state", "param_groups"} <= v.keys()]
+        optimizer_key = shaped[0] if len(shaped) == 1 else None
+    history_key = next((k for k in _HISTORY_KEYS if data.get(k) is not None), "history")
     return Checkpoint(
         layout="dict",
         model_state=data[model_key],
         optimizer_state=data.get(optimizer_key) if optimizer_key else None,
         scheduler_state=data.get("scheduler"),
         scaler_state=data.get("scaler"),
-        **_with_history(read_step(data, _STEP_KEYS), lambda: history_from_value(data.get("history")),
-                        "the checkpoint's 'history'"),
+        **_with_history(read_step(data, _STEP_KEYS), lambda: history_from_value(data.get(history_key)),
+                        f"the checkpoint's '{history_key}'"),
     )
 
 
@@ -423,6 +428,8 @@ def _split(prefix: str) -> list[str]:
 
 # The names real runs save their step under, most specific first (nanoGPT's `iter_num`, HF's `global_step`).
 _STEP_KEYS = ("step", "global_step", "iter_num", "iteration", "iter", "num_updates")
+# The run's loss log: `history`, else the names training scripts commonly save theirs under.
+_HISTORY_KEYS = ("history", "losses", "loss_history", "train_losses", "train_loss_history")
 
 
 def read_step(data: dict[str, Any], keys: tuple[str, ...], owner: str = "the checkpoint's") -> dict[str, Any]:
