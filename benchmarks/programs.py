@@ -13,6 +13,7 @@
     python benchmarks/programs.py --split round10         # the tenth round (held back the same way)
     python benchmarks/programs.py --split round11         # the eleventh round (held back the same way)
     python benchmarks/programs.py --split round12         # the twelfth round (held back the same way)
+    python benchmarks/programs.py --split round13         # the thirteenth round (held back the same way)
     python benchmarks/programs.py --only ctc_speech dcgan --keep /tmp/reports
     python benchmarks/programs.py --certify               # re-run every program's stock-PyTorch certificate
     python benchmarks/programs.py --sample ci             # what CI runs: a few runs, end to end
@@ -56,7 +57,7 @@ sys.path.insert(0, str(PROGRAMS))
 import _program  # noqa: E402  (the folder beside this file)
 
 SPLITS = ("tune", "heldout", "fresh", "round3", "round4", "round5", "round6", "round7", "round8", "round9", "round10",
-          "round11", "round12")
+          "round11", "round12", "round13")
 # The second round, written blind from README alone after the held-back third had been read (2026-11-28): a
 # split of its own, held back like the third until its first read, whatever the hash of its name says.
 FRESH = ("distillation_kd", "clip_dual_encoder", "multilabel_bce", "wgan_gp", "byol_ema", "ordinal_regression")
@@ -80,10 +81,12 @@ ROUND10 = ("neural_ode_spiral", "sasrec_sequential_rec", "pixelcnn_masked_conv")
 ROUND11 = ("fno_burgers_operator", "rmtpp_point_process")
 # The twelfth, written blind the same way after the eleventh had been read and tuned on (2026-11-29, session 14).
 ROUND12 = ("learned_image_compression", "fourier_features_coordinate_mlp", "hypernetwork_task_conditioned")
+# The thirteenth, written blind the same way after the twelfth had been read and tuned on (2026-11-29, session 15).
+ROUND13 = ("barlow_twins_lars", "ebm_langevin_cd", "speaker_aamsoftmax_tdnn")
 ROUNDS = {"fresh": FRESH, "round3": ROUND3, "round4": ROUND4, "round5": ROUND5, "round6": ROUND6, "round7": ROUND7,
           "round8": ROUND8, "round9": ROUND9,
           "round10": ROUND10, "round11": ROUND11,
-          "round12": ROUND12}
+          "round12": ROUND12, "round13": ROUND13}
 # CI triages these runs end to end (tests/benchmarks/test_programs_benchmark.py), and re-runs CI_CERTIFY's certificate.
 CI_SAMPLE = (("keyword_spotting_cnn", "healthy"), ("keyword_spotting_cnn", "scheduler_per_batch"))
 CI_CERTIFY = ("keyword_spotting_cnn", "scheduler_per_batch")
@@ -91,8 +94,8 @@ TRIAGE_TIMEOUT_S = 900
 
 
 def split_of(name: str) -> str:
-    """A program's split, from its name alone: the second round's programs are `fresh`, the third to tenth
-    rounds' `round3` to `round12`; of the first round's, a third (hash mod 3 == 0) is held back."""
+    """A program's split, from its name alone: the second round's programs are `fresh`, the third to thirteenth
+    rounds' `round3` to `round13`; of the first round's, a third (hash mod 3 == 0) is held back."""
     for split, names in ROUNDS.items():
         if name in names:
             return split
