@@ -28,6 +28,7 @@ from triage.load.optimizer_fit import Fitted, OptimizerMismatch, fill_flags, fit
 from triage.load.schedule_position import advance as advance_scheduler
 from triage.load.derive import derived_factory
 from triage.load.snapshot import Snapshot
+from triage.load.warm_moments import warm_moments
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,8 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
     setup = call_setup(factory, entry)
     _move_to_device(setup)
     built = settings(setup.optimizer, setup.scheduler)
-    load_notes = _load_checkpoint(setup, checkpoint, checkpoint_path) if checkpoint is not None else []
+    load_notes, no_optimizer_state = _load_checkpoint(setup, checkpoint, checkpoint_path) \
+        if checkpoint is not None else ([], False)
     disagree = differences(built, settings(setup.optimizer, setup.scheduler)) if checkpoint is not None else []
     checkpoint = _with_epoch_step(light, setup) if light is not None else None  # the model state is in the model now
     load_notes += list(checkpoint.notes if checkpoint else ())
@@ -171,6 +173,12 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
         history = checkpoint.history if checkpoint else []
     guard = DataGuard(batches, val_batches)
     setup = guard.protect(setup)
+    if no_optimizer_state:
+        rebuilt = warm_moments(setup, batches)
+        if rebuilt is None:
+            log.warning("checkpoint %s has no optimizer state: replays start with fresh moments", checkpoint_path)
+        else:
+            load_notes.append(rebuilt)
     seed_everything(seed)
     session = Session(
         setup=setup, factory=factory, entry=entry, seed=seed, batches=batches,
@@ -219,8 +227,9 @@ def _move_to_device(setup: Setup) -> None:
         ) from exc
 
 
-def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> list[tuple[str, str]]:
-    """Load every part; returns (finding id, text) for what had to be mapped to make it fit."""
+def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> tuple[list[tuple[str, str]], bool]:
+    """Load every part; returns (finding id, text) for what had to be mapped to make it fit, and whether the
+    optimizer was left without the run's state (none saved)."""
     notes: list[tuple[str, str]] = []
     loaded = load_distributed(setup, checkpoint, path)  # a DCP folder, or into an FSDP2 model's shards
     if checkpoint.scheduler_state is None:
@@ -250,9 +259,7 @@ def _load_checkpoint(setup: Setup, checkpoint: Checkpoint, path: Path) -> list[t
                 f"({type(target).__name__}), found a mismatch: {exc}. Build the same {name} "
                 "(type and parameter groups) the run saved."
             ) from exc
-    if checkpoint.optimizer_state is None and "optimizer" not in loaded and not setup.manual_update:
-        log.warning("checkpoint %s has no optimizer state: replays start with fresh moments", path)
-    return notes
+    return notes, checkpoint.optimizer_state is None and "optimizer" not in loaded and not setup.manual_update
 
 
 def _with_epoch_step(checkpoint: Checkpoint, setup: Setup) -> Checkpoint:

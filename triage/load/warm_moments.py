@@ -1,0 +1,70 @@
+"""An optimizer state the checkpoint did not save, rebuilt before any replay: steps at LR 0.
+
+A run saved as its model's weights alone (voxceleb_trainer's `model.state_dict()`) hands triage an optimizer
+with no state. Replayed as it is, Adam's first step moves every weight by about the LR whatever its gradient
+(the moments are one gradient), where the run's own steps, normalised by moments of hundreds of gradients,
+were far smaller: a healthy speaker model's loss rose from 0.064 to 0.15 in the replay's first steps, and
+clipping "fixed" it (`exploding_gradients`, high). Steps at LR 0 over the snapshot's batches at the
+checkpoint's weights fill the moments (and a momentum buffer) with the gradients there, the weights held.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+import torch
+
+log = logging.getLogger(__name__)
+
+WARM_STEPS = 10  # Adam's bias correction makes 10 gradients' moments an average of them, not a tenth of one
+
+
+def warm_moments(setup: Any, batches: list[Any]) -> Optional[tuple[str, str]]:
+    """Fill setup.optimizer's state by WARM_STEPS steps at LR 0 over `batches` (cycled), the weights, buffers
+    and RNG put back after them, a step on a non-finite gradient skipped. Returns the finding that says so, or
+    None where nothing was filled (no optimizer, several, a process group, or a loss that raised)."""
+    from triage.experiments.training import autocast, untouched_buffers_and_rng
+
+    optimizer = setup.optimizer
+    if (optimizer is None or getattr(optimizer, "optimizers", None) is not None or not batches
+            or (torch.distributed.is_available() and torch.distributed.is_initialized())):
+        return None
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    weights = [p.detach().clone() for p in params]
+    lrs = [group["lr"] for group in optimizer.param_groups]
+    stepped = 0
+    try:
+        for group in optimizer.param_groups:
+            group["lr"] = 0.0
+        with untouched_buffers_and_rng(setup.model):
+            for k in range(WARM_STEPS):
+                optimizer.zero_grad(set_to_none=True)
+                with autocast(setup.precision, setup.device):
+                    loss = setup.loss_fn(setup.model, batches[k % len(batches)])
+                loss.backward()
+                if all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in params):
+                    optimizer.step()
+                    stepped += 1
+    except Exception as exc:  # noqa: BLE001 - not the fault's place: the experiments meet the same loss and say so
+        log.warning("the optimizer's state could not be rebuilt (%s: %s); replays start with fresh moments",
+                    type(exc).__name__, exc)
+        optimizer.state.clear()
+        stepped = 0
+    finally:
+        for group, lr in zip(optimizer.param_groups, lrs):
+            group["lr"] = lr
+        optimizer.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for p, w in zip(params, weights):
+                p.copy_(w)
+    if not stepped:
+        return None
+    what = f"{stepped} steps at LR 0 over the snapshot's batches" + (
+        f" ({WARM_STEPS - stepped} skipped: a non-finite gradient)" if stepped < WARM_STEPS else "")
+    log.warning("the checkpoint holds no optimizer state: %s's state rebuilt from %s at the checkpoint's weights",
+                type(optimizer).__name__, what)
+    return ("optimizer_state_rebuilt",
+            f"The checkpoint holds no optimizer state: {type(optimizer).__name__}'s state (its moments, a momentum "
+            f"buffer) was rebuilt from {what} at the checkpoint's weights, which they left as they were, before "
+            f"any replay. Save the optimizer's state_dict with the model to replay the run's own.")
