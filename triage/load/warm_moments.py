@@ -18,16 +18,20 @@ import torch
 log = logging.getLogger(__name__)
 
 WARM_STEPS = 10  # Adam's bias correction makes 10 gradients' moments an average of them, not a tenth of one
+# Whose state an LR of 0 would set wrong (Rprop's step sizes start at the LR) or that steps only on a closure.
+NOT_AT_LR_0 = (torch.optim.Rprop, torch.optim.LBFGS)
 
 
 def warm_moments(setup: Any, batches: list[Any]) -> Optional[tuple[str, str]]:
     """Fill setup.optimizer's state by WARM_STEPS steps at LR 0 over `batches` (cycled), the weights, buffers
     and RNG put back after them, a step on a non-finite gradient skipped. Returns the finding that says so, or
-    None where nothing was filled (no optimizer, several, a process group, or a loss that raised)."""
+    None where nothing was filled (no optimizer, several, one in NOT_AT_LR_0, a process group, a loss that
+    raised, or an optimizer that keeps no state: plain SGD)."""
     from triage.experiments.training import autocast, untouched_buffers_and_rng
 
     optimizer = setup.optimizer
     if (optimizer is None or getattr(optimizer, "optimizers", None) is not None or not batches
+            or isinstance(optimizer, NOT_AT_LR_0)
             or (torch.distributed.is_available() and torch.distributed.is_initialized())):
         return None
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -58,13 +62,14 @@ def warm_moments(setup: Any, batches: list[Any]) -> Optional[tuple[str, str]]:
         with torch.no_grad():
             for p, w in zip(params, weights):
                 p.copy_(w)
-    if not stepped:
+    kept = sorted({key for state in optimizer.state.values() for key in state})
+    if not stepped or not kept:
         return None
     what = f"{stepped} steps at LR 0 over the snapshot's batches" + (
         f" ({WARM_STEPS - stepped} skipped: a non-finite gradient)" if stepped < WARM_STEPS else "")
     log.warning("the checkpoint holds no optimizer state: %s's state rebuilt from %s at the checkpoint's weights",
                 type(optimizer).__name__, what)
     return ("optimizer_state_rebuilt",
-            f"The checkpoint holds no optimizer state: {type(optimizer).__name__}'s state (its moments, a momentum "
-            f"buffer) was rebuilt from {what} at the checkpoint's weights, which they left as they were, before "
-            f"any replay. Save the optimizer's state_dict with the model to replay the run's own.")
+            f"The checkpoint holds no optimizer state: {type(optimizer).__name__}'s state ({', '.join(kept)}) was "
+            f"rebuilt from {what} at the checkpoint's weights, which they left as they were, before any replay. "
+            f"Save the optimizer's state_dict with the model to replay the run's own.")
