@@ -50,6 +50,28 @@ def test_noise_large_against_the_gap_keeps_a_candidate_in():
     assert out_of_contention(losses, steps=40, extend_to=0, bar=BAR, run_noise=0.2, extendable=NEVER_EXTENDED) is None
 
 
+def test_a_candidate_on_the_runs_own_batches_is_raced_by_its_gap_to_the_run_step_by_step():
+    """A Barlow Twins replay at its schedule's peak LR (the thirteenth round; these are its figures): its
+    batches' losses spread over 196-244, it ran 15 under the run by step 19 and was stopped as flat, where that
+    LR wins over 120 steps. Paired with the run's own losses on the same batches, the gap's fall keeps it in;
+    a gap that stays flat is stopped, however noisy the batches; another first loss is not the same start."""
+    run = [211.0, 222.8, 215.0, 221.8, 224.8, 207.3, 234.0, 217.9, 231.2, 225.5, 204.9, 196.1, 212.4, 216.7, 218.7,
+           220.0, 235.2, 231.4, 233.7, 223.4, 244.4, 212.7, 229.5, 213.2, 228.6, 225.7, 223.1, 227.5, 226.1, 218.1,
+           211.6, 230.9, 232.4, 219.3, 224.3, 220.8, 217.0, 228.9, 230.8, 234.4]
+    at_peak = [211.0, 222.0, 213.4, 220.2, 221.7, 202.9, 229.6, 212.5, 224.1, 218.5, 195.6, 188.7, 201.5, 201.9,
+               204.8, 208.1, 220.3, 214.7, 217.4, 204.8]
+    kwargs = dict(steps=40, extend_to=120, bar=Bar(181.3, "work against 'baseline'"), run_noise=noise(run),
+                  extendable=lambda start, end: True)
+    assert out_of_contention(at_peak, **kwargs) is not None  # read alone: flat within its batches' spread
+    assert out_of_contention(at_peak, **kwargs, paired=run) is None
+    flat = [x - 1.0 for x in run[:20]]
+    flat[0] = run[0]
+    reason = out_of_contention(flat, **kwargs, paired=run)
+    assert reason is not None and "gap" in reason
+    elsewhere = [run[0] + 5.0] + at_peak[1:]
+    assert out_of_contention(elsewhere, **kwargs, paired=run) == out_of_contention(elsewhere, **kwargs)
+
+
 def test_step_to_step_noise_is_not_inflated_by_a_trend_or_one_spike():
     falling = curve(np.linspace(10, 2, 40), spread=0.05)
     falling[7] = 40.0

@@ -298,10 +298,18 @@ def _contention(ctx: Context, p: ReplayParams, beat: Optional[Bar], work: bool):
     def extendable(start: float, end: float) -> bool:
         return _extendable(start, end, reference, ctx, p)
     level, kind = sane_level(loss_levels(ctx.session), None, p.level_margin)
+    paired = list(getattr(reference, "losses", [])) if _batches_as_the_run(p) else []
     return lambda losses: out_of_contention(losses, steps=p.steps, extend_to=p.extend_to, bar=bar,
                                             run_noise=run_noise, extendable=extendable,
                                             restart=p.init != "checkpoint",
-                                            learned_nothing=level if kind != "start" else None)
+                                            learned_nothing=level if kind != "start" else None, paired=paired)
+
+
+def _batches_as_the_run(p: ReplayParams) -> bool:
+    """From the checkpoint, on the run's batches in the run's order, scored by the run's loss: its steps pair
+    with its reference's one by one (judge/race.py also checks that their first losses agree)."""
+    return (p.init == "checkpoint" and not p.subset and not p.skip_batches and not p.skip_outliers_of
+            and not p.skip_nonfinite_of and not p.realign_labels_of and not p.unsquash and not p.unsquash_scores)
 
 
 def _longer_reference(ctx: Context, p: ReplayParams) -> Optional[tuple["ReplayOutcome", ReplayParams]]:

@@ -35,6 +35,9 @@ EARLIEST = 0.25
 # How often a running candidate is looked at, in its steps: often enough to save most of what is left, each
 # look a least-squares fit of a few dozen numbers.
 EVERY = 5
+# A paired run began where the candidate did when their first losses agree this closely (relative): one forward
+# of the same batch at the same weights, to the rounding of another precision.
+PAIRED_FIRST = 1e-3
 
 
 @dataclass(frozen=True)
@@ -64,36 +67,57 @@ def noise(losses: Sequence[float]) -> float:
 
 def out_of_contention(losses: Sequence[float], *, steps: int, extend_to: int, bar: Bar, run_noise: float,
                       extendable: Callable[[float, float], bool], restart: bool = False,
-                      learned_nothing: Optional[float] = None) -> Optional[str]:
+                      learned_nothing: Optional[float] = None, paired: Sequence[float] = ()) -> Optional[str]:
     """Why a candidate that has run `losses` may stop (None: it stays in). It runs `steps`, and up to
     `extend_to` where, at `steps`, its figures earn more (`extendable(start, end)`, judge/extension.py);
     `run_noise` is the step-to-step noise of the run it is paired with. A `restart` stays in until it has
     begun to learn: its end window LEARNS x its start and, where known, under `learned_nothing` (the level a
-    fix must end below, judge/fix.sane_level)."""
+    fix must end below, judge/fix.sane_level). `paired`: the losses of the run it is paired with, where both
+    trained on the same batches in the same order from the same weights (its first loss the candidate's):
+    the candidate is then projected by its gap to that run step by step, which the batches' own spread does not
+    hide (a Barlow Twins replay at its peak LR, 15 under the run by step 19 with its batches' losses spread over
+    196-244, read alone as flat and stopped; that LR wins over 120 steps)."""
     done = len(losses)
     last = extend_to if done >= steps else steps
     if done < max(3, EARLIEST * steps) or done % EVERY or done >= max(steps, extend_to):
         return None
     if not all(math.isfinite(x) for x in losses):
         return None  # a replay stops at its first non-finite step by itself
-    fit = _fit(list(losses[done // 2:]))
+    start = float(np.median(losses[:max(1, steps // 5)]))
+    if _same_steps(losses, paired, restart):
+        gaps = [a - b for a, b in zip(losses, paired)]
+        fit = _fit(gaps[done // 2:])
+        # where the candidate stands: the paired run's end window, plus the gap as it is now
+        current = float(np.median(paired[-max(1, len(paired) // 5):]) + np.median(gaps[-max(1, done // 5):]))
+        sigma = noise(gaps[done // 2:])
+    else:
+        fit = _fit(list(losses[done // 2:]))
+        current = float(np.median(losses[-max(1, done // 5):]))
+        sigma = max(run_noise, noise(losses[done // 2:]))
     if fit is None:
         return None
-    current = float(np.median(losses[-max(1, done // 5):]))
-    start = float(np.median(losses[:max(1, steps // 5)]))
     if restart and (current > LEARNS * start or (learned_nothing is not None and current >= learned_nothing)):
         return None
     pace = max(0.0, -fit[0] + PACE_SIGMAS * fit[1])
-    sigma = max(run_noise, noise(losses[done // 2:]))
     if last == steps and extend_to > steps:  # could its end at `steps`, at best, earn it the longer window?
         if extendable(start, current - pace * (steps - done) - NOISE_SIGMAS * sigma):
             last = extend_to
     projected = current - pace * (last - done)
     if projected - NOISE_SIGMAS * sigma <= bar.level:
         return None
-    return (f"stopped after {done} of its {last} steps: its loss {current:.4g}, falling at most {pace:.3g} a step, "
+    said = "its loss" if not _same_steps(losses, paired, restart) else "its loss (the paired run's end plus its gap to it now)"
+    return (f"stopped after {done} of its {last} steps: {said} {current:.4g}, falling at most {pace:.3g} a step, "
             f"ends near {projected:.4g} at best, above the {bar.level:.4g} it needs to {bar.what} (by more than "
             f"{NOISE_SIGMAS:g}x the step-to-step noise, {sigma:.2g})")
+
+
+def _same_steps(losses: Sequence[float], paired: Sequence[float], restart: bool) -> bool:
+    """The paired run covers the candidate's steps so far, all finite, and began at the candidate's first loss
+    (to PAIRED_FIRST of it: the same first batch at the same weights)."""
+    done = len(losses)
+    if restart or len(paired) < done or not all(math.isfinite(x) for x in paired[:done]):
+        return False
+    return abs(losses[0] - paired[0]) <= PAIRED_FIRST * abs(paired[0])
 
 
 def _fit(losses: list[float]) -> Optional[tuple[float, float]]:
