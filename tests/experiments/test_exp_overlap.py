@@ -390,3 +390,40 @@ def test_a_validation_set_of_noisy_training_copies_gets_the_overlap_verdict_and_
     fair = _half_near_copies_run(tmp_path / "fair", leak=False)
     assert fair.root_cause != "train_val_overlap"
     assert "train_val_overlap_near" not in [f.id for f in fair.findings]
+
+
+def _crops_setup(split_by_recording: bool):
+    """Log-mel crops (24 bins x 50 frames, channels first as a TDNN reads them) cut every 25 frames from 48
+    recordings, the thirteenth round's speaker model: split at random, a validation crop shares half its
+    frames with the training crops beside it; split by recording, none."""
+    import triage
+
+    g = torch.Generator().manual_seed(0)
+    crops, owner = [], []
+    for rec in range(48):
+        frames = torch.randn(24, 300, generator=g)
+        for t in range(0, 251, 25):
+            crops.append(frames[:, t:t + 50])
+            owner.append(rec)
+    x, y = torch.stack(crops), torch.tensor(owner) % 8
+    order = torch.randperm(len(x), generator=g)
+    is_val = (torch.tensor(owner) >= 40) if split_by_recording else torch.zeros(len(x), dtype=torch.bool).index_fill(
+        0, order[:80], True)
+    train, val = (~is_val).nonzero().flatten(), is_val.nonzero().flatten()
+    batches = [(x[i], y[i]) for i in train.split(32)]
+    val_batches = [(x[i], y[i]) for i in val.split(32)]
+    model = torch.nn.Sequential(torch.nn.Conv1d(24, 16, 5), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool1d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(16, 8))
+    return triage.Setup(model=model, optimizer=torch.optim.Adam(model.parameters(), 1e-3),
+                        loss_fn=lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]),
+                        batches=batches, val_batches=val_batches)
+
+
+def test_channels_first_crops_half_shared_across_a_random_split_are_shifted_windows():
+    """Crops moved by half their length along their last dim (frames), not their first (mel bins): was
+    `healthy` (medium), its windows compared along the bins and by up to 16 steps."""
+    leak = run(OVERLAP_CHECK, session_of(lambda: _crops_setup(False)))
+    fair = run(OVERLAP_CHECK, session_of(lambda: _crops_setup(True)))
+    assert leak.duplicates == 0 and leak.shifted_fraction > 0.9
+    assert _judged("shifted_windows(overlap)", leak) is True
+    assert fair.duplicates == 0 and fair.shifted_fraction == 0.0

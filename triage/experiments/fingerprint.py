@@ -226,9 +226,11 @@ MIN_STEPS = 8
 MIN_DISTINCT = 4
 
 
-def sequence_rows(batches: list[Any]) -> Iterator[torch.Tensor]:
-    """The examples' input rows (`example_rows`'s input tensor, first dim the steps), rounded as digests
-    round them; none where the inputs are not sequences of MIN_STEPS steps or more."""
+def sequence_rows(batches: list[Any]) -> Iterator[list[torch.Tensor]]:
+    """Per example, its input row (`example_rows`'s input tensor) read with its steps along its first dim, and,
+    for a 2-D row whose last dim holds MIN_STEPS or more, along its last too (a conv's (channels, frames):
+    log-mel crops), each rounded as digests round them; none where the inputs are not sequences of MIN_STEPS
+    steps or more."""
     from triage.experiments.probes import input_tensor
 
     for batch in batches:
@@ -238,18 +240,42 @@ def sequence_rows(batches: list[Any]) -> Iterator[torch.Tensor]:
                        and t.dtype == x.dtype), None)
         if chosen is None or chosen.dim() < 2 or chosen.shape[1] < MIN_STEPS:
             continue
-        yield from _rounded(chosen)
+        for row in _rounded(chosen):
+            yield [row, row.T.contiguous()] if row.dim() == 2 and row.shape[1] >= MIN_STEPS else [row]
 
 
 def window_digests(row: torch.Tensor, side: str) -> Iterator[bytes]:
     """Digests of `row`'s part without its first s steps (side "tail") or its last s (side "head"), for
-    each shift s, keyed by s; parts with fewer than MIN_DISTINCT distinct values are left out."""
-    steps = row.shape[0]
-    for shift in range(1, min(MAX_SHIFT, steps // 2) + 1):
-        part = row[shift:] if side == "tail" else row[:steps - shift]
-        if torch.unique(part).numel() < MIN_DISTINCT:
+    each shift s, keyed by s; parts with fewer than MIN_DISTINCT distinct steps are left out. Each step is
+    read as one key (its value, or a digest of its values), so a shift hashes its part's keys, not every value
+    again."""
+    keys = _step_keys(row)
+    steps = len(keys)
+    shifts = range(1, min(MAX_SHIFT, steps // 2) + 1)
+    distinct = _distinct_counts(keys[::-1] if side == "tail" else keys)  # of each suffix / prefix, by length
+    for shift in shifts:
+        if distinct[steps - shift] < MIN_DISTINCT:
             continue
+        part = keys[shift:] if side == "tail" else keys[:steps - shift]
         h = hashlib.blake2b(digest_size=16)
-        h.update(f"{shift}:{tuple(part.shape)}".encode())
-        h.update(part.contiguous().numpy().tobytes())
+        h.update(f"{shift}:{tuple(row.shape)}".encode())
+        h.update(b"".join(part))
         yield h.digest()
+
+
+def _step_keys(row: torch.Tensor) -> list[bytes]:
+    """One key per step of `row` (its first dim): the step's bytes where it holds one value, else a digest."""
+    data = row.contiguous().numpy()
+    if data.ndim == 1:
+        return [data[i:i + 1].tobytes() for i in range(len(data))]
+    return [hashlib.blake2b(step.tobytes(), digest_size=16).digest() for step in data]
+
+
+def _distinct_counts(keys: list[bytes]) -> list[int]:
+    """counts[n]: how many distinct keys the first n keys hold."""
+    seen: set[bytes] = set()
+    counts = [0]
+    for key in keys:
+        seen.add(key)
+        counts.append(len(seen))
+    return counts

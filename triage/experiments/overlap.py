@@ -115,17 +115,18 @@ def _shifted_copies(train_batches: list, val_batches: list) -> tuple[int, int]:
     """How many validation sequences share all but their first (or last) few steps with a training sequence
     moved by as many: windows cut from one series before it was split. And how many were compared."""
     tails, heads = set(), set()
-    for row in sequence_rows(train_batches):
-        tails.update(window_digests(row, "tail"))
-        heads.update(window_digests(row, "head"))
+    for readings in sequence_rows(train_batches):
+        for row in readings:
+            tails.update(window_digests(row, "tail"))
+            heads.update(window_digests(row, "head"))
     if not tails:
         return 0, 0
     shifted = compared = 0
-    for row in sequence_rows(val_batches):
+    for readings in sequence_rows(val_batches):
         compared += 1
         # a val window moved forward (its head is a train window's tail) or back (its tail, a train head)
-        if any(d in tails for d in window_digests(row, "head")) or \
-                any(d in heads for d in window_digests(row, "tail")):
+        if any(any(d in tails for d in window_digests(row, "head")) or
+               any(d in heads for d in window_digests(row, "tail")) for row in readings):
             shifted += 1
     return shifted, compared
 

@@ -309,7 +309,7 @@ NAMED: dict[str, NamedRule] = {
         "the rest (0.8x their loss or above)"),
     "shifted_windows": NamedRule(
         ("overlap",), f"$overlap.shifted_fraction > {SHIFTED_SHARE}",
-        "over half the validation sequences are training sequences moved by 1 to 16 steps (windows of one "
+        "over half the validation sequences are training sequences moved by 1 to 32 steps (windows of one "
         "series, split after they were cut)"),
     "near_copies_validation": NamedRule(
         ("overlap",), f"$overlap.near_fraction > {NEAR_SHARE} and $overlap.near_copies >= {NEAR_COUNT}",

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from triage.outcomes.base import Outcome
 
-MAX_SHIFT = 16  # shifted windows: a sequence compared with others moved by 1 to MAX_SHIFT steps
+MAX_SHIFT = 32  # shifted windows: a sequence compared with others moved by 1 to MAX_SHIFT steps (at most half its own)
 # Near copies: a val example nearer a training one than this quantile of the training examples' distances to
 # their nearest other one (and than half its distance to the nearest other val example).
 NEAR_QUANTILE = 0.05
