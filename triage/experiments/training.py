@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from triage.contract import AUTOCAST_DTYPES
+from triage.load.snapshot import untouched_buffers_and_rng  # noqa: F401 - the experiments take it from here
 
 _TORCH_CLIP = torch.nn.utils.clip_grad_norm_  # torch's own, even while a replay replaces the loop's calls of it
 
@@ -119,20 +120,6 @@ def clip_grads(params: list[torch.nn.Parameter], max_norm: Optional[float]) -> f
     return norm
 
 
-@contextlib.contextmanager
-def untouched_buffers_and_rng(model: torch.nn.Module) -> Iterator[None]:
-    """An extra forward inside someone else's run: BatchNorm statistics and RNG streams stay as they were."""
-    from triage.load.snapshot import rng_state, set_rng_state
-
-    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
-    rng = rng_state()
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for name, b in model.named_buffers():
-                b.copy_(buffers[name])
-        set_rng_state(rng)
 
 
 def scored_loss(setup: Any, batch: Any) -> Any:

@@ -13,6 +13,7 @@ pytorch-lr-finder's state cacher keeps its state on disk).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import logging
 import random
@@ -20,7 +21,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import torch
@@ -185,3 +186,17 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state:
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def untouched_buffers_and_rng(model: torch.nn.Module) -> Iterator[None]:
+    """An extra forward inside someone else's run: BatchNorm statistics and RNG streams stay as they were."""
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    rng = rng_state()
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                b.copy_(buffers[name])
+        set_rng_state(rng)

@@ -10,10 +10,14 @@ checkpoint's weights fill the moments (and a momentum buffer) with the gradients
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Optional
 
 import torch
+
+from triage.contract import AUTOCAST_DTYPES
+from triage.load.snapshot import untouched_buffers_and_rng
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +31,6 @@ def warm_moments(setup: Any, batches: list[Any]) -> Optional[tuple[str, str]]:
     and RNG put back after them, a step on a non-finite gradient skipped. Returns the finding that says so, or
     None where nothing was filled (no optimizer, several, one in NOT_AT_LR_0, a process group, a loss that
     raised, or an optimizer that keeps no state: plain SGD)."""
-    from triage.experiments.training import autocast, untouched_buffers_and_rng
-
     optimizer = setup.optimizer
     if (optimizer is None or getattr(optimizer, "optimizers", None) is not None or not batches
             or isinstance(optimizer, NOT_AT_LR_0)
@@ -44,7 +46,7 @@ def warm_moments(setup: Any, batches: list[Any]) -> Optional[tuple[str, str]]:
         with untouched_buffers_and_rng(setup.model):
             for k in range(WARM_STEPS):
                 optimizer.zero_grad(set_to_none=True)
-                with autocast(setup.precision, setup.device):
+                with _autocast(setup.precision, setup.device):
                     loss = setup.loss_fn(setup.model, batches[k % len(batches)])
                 loss.backward()
                 if all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in params):
@@ -73,3 +75,10 @@ def warm_moments(setup: Any, batches: list[Any]) -> Optional[tuple[str, str]]:
             f"The checkpoint holds no optimizer state: {type(optimizer).__name__}'s state ({', '.join(kept)}) was "
             f"rebuilt from {what} at the checkpoint's weights, which they left as they were, before any replay. "
             f"Save the optimizer's state_dict with the model to replay the run's own.")
+
+
+def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """The run's autocast, as its replays have it (experiments/training.autocast, a floor up)."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=AUTOCAST_DTYPES[precision])
