@@ -92,3 +92,18 @@ def test_a_walk_gives_the_same_verdict_with_and_without_racing(tmp_path):
     assert stopped and not any(c.get("winner") for c in stopped)
     page = html.unescape((Path(raced.report) / "report.html").read_text())
     assert all(c["raced_out"] in page for c in stopped)
+
+
+def test_a_candidate_stopped_on_easy_batches_never_wins(tmp_path):
+    """The suite's held-back healthy ResNet (SGD): paired with the run step by step, its clip at the typical
+    gradient norm was stopped at step 10, where the batches are easy, its end window 0.72 against the run's
+    1.04 at step 40: read as working, it made the run `exploding_gradients` (high). Stopped, it never wins:
+    the verdict is that of the walk that runs every candidate to its end."""
+    case = "healthy-resnet-sgd-severe-1"
+    full = run_case((case, str(tmp_path / "cache"), str(tmp_path / "full"), True, False))
+    raced = run_case((case, str(tmp_path / "cache"), str(tmp_path / "raced"), True, True))
+    assert full.error is None and raced.error is None, full.error or raced.error
+    assert raced.predicted == full.predicted == "healthy"
+    report = json.loads((Path(raced.report) / "report.json").read_text())
+    stopped = [c for d in report["decisions"] for c in d["candidates"] if c.get("raced_out")]
+    assert stopped and not any(c.get("works") or c.get("winner") for c in stopped)
