@@ -8,6 +8,8 @@ triage.integrations: a capture folder is one of the layouts it reads); nothing a
     session.py           entry + checkpoint -> Session: setup() called, checkpoint loaded, snapshot taken
     snapshot.py          the exact in-memory copy of every state, restored before each experiment
     optimizer_fit.py     a saved optimizer state against setup()'s optimizer
+    warm_moments.py      an optimizer state the checkpoint did not save, rebuilt by steps at LR 0
+    schedule_position.py setup()'s scheduler placed at the checkpoint's step where it saved no scheduler state
     disagreements.py     where setup() and the checkpoint differ (a finding the report names)
     data_guard.py        the user's loss_fn and train_step get a copy of each batch
     history.py           the run's own loss curve (checkpoint or --history), tensorboard.py: its event files
