@@ -70,6 +70,8 @@ def test_a_candidate_on_the_runs_own_batches_is_raced_by_its_gap_to_the_run_step
     assert reason is not None and "gap" in reason
     elsewhere = [run[0] + 5.0] + at_peak[1:]
     assert out_of_contention(elsewhere, **kwargs, paired=run) == out_of_contention(elsewhere, **kwargs)
+    broke_later = run[:30] + [float("nan")] * 10  # a run that goes non-finite after: its end is no anchor
+    assert out_of_contention(at_peak, **kwargs, paired=broke_later) == out_of_contention(at_peak, **kwargs)
 
 
 def test_step_to_step_noise_is_not_inflated_by_a_trend_or_one_spike():

@@ -173,3 +173,27 @@ def test_an_optimizer_state_not_saved_is_rebuilt_at_lr_0_before_any_replay(tmp_p
     rebuilt_session.restore()
     assert torch.equal(rebuilt_session.setup.model.state_dict()["0.weight"], s.model.state_dict()["0.weight"])
     assert abs(rebuilt - own) < 0.5 * abs(fresh - own)
+
+
+def test_the_rebuilt_state_is_filled_with_gradients_clipped_as_the_run_clips_them(tmp_path):
+    """A regression run whose raw gradient norm is ~850, clipped at 1.0 every step (helper-34's review): filled
+    with unclipped gradients, a rebuilt momentum buffer made the first replay step ~700x the run's, and the
+    healthy run read `lr_too_high` (high). Clipped as the run clips, the buffer is at most 1/(1-0.9) clips.
+    A checkpoint at step 0 keeps fresh moments: the run began with them."""
+    (tmp_path / "clipped.py").write_text(
+        "import torch\nimport triage\n\n"
+        "def setup():\n"
+        "    torch.manual_seed(0)\n"
+        "    x = torch.randn(640, 20)\n"
+        "    y = x @ torch.randn(20, 1) * 50 + 200\n"
+        "    model = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))\n"
+        "    return triage.Setup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9),\n"
+        "                        loss_fn=lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1]), grad_clip=1.0,\n"
+        "                        batches=[(x[i:i + 64], y[i:i + 64]) for i in range(0, 640, 64)])\n")
+    entry = f"{tmp_path / 'clipped.py'}:setup"
+    torch.save({"model": open_session(entry, None).setup.model.state_dict(), "step": 200}, tmp_path / "w.pt")
+    session = open_session(entry, tmp_path / "w.pt")
+    buffers = [s["momentum_buffer"] for s in session.setup.optimizer.state.values()]
+    assert buffers and torch.stack([b.norm() for b in buffers]).norm() <= 10.0 + 1e-4
+    torch.save({"model": session.setup.model.state_dict(), "step": 0}, tmp_path / "start.pt")
+    assert not open_session(entry, tmp_path / "start.pt").setup.optimizer.state

@@ -38,7 +38,7 @@ from triage.experiments.verify import DEFAULT_LEVEL_MARGIN, DEFAULT_MARGIN, pair
 from triage.judge.extension import ReferenceFigures, worth_more_steps
 from triage.judge.fix import end_of, highest_working_end, sane_level
 from triage.judge.levels import below_floor, gap_ratio
-from triage.judge.named import WEIGHTS_BUSY, WEIGHTS_STILL
+from triage.judge.named import DIVERGES_LOSS_RATIO, WEIGHTS_BUSY, WEIGHTS_STILL
 from triage.judge.race import Bar, lowest, noise, out_of_contention
 from triage.views import Curve, Line
 from triage.outcomes.replay import ReplayOutcome
@@ -298,7 +298,13 @@ def _contention(ctx: Context, p: ReplayParams, beat: Optional[Bar], work: bool):
     def extendable(start: float, end: float) -> bool:
         return _extendable(start, end, reference, ctx, p)
     level, kind = sane_level(loss_levels(ctx.session), None, p.level_margin)
-    paired = list(getattr(reference, "losses", [])) if _batches_as_the_run(p) else []
+    # Paired only with a reference that ran finite and held its level (its end within DIVERGES_LOSS_RATIO of its
+    # start either way: a stall, a slow fall), where its batches' spread is what hides a candidate's gain; a
+    # run falling from a blow-up varies too widely for a gap to it to mean anything.
+    ratio = getattr(reference, "loss_ratio", None)
+    paired = list(reference.losses) if (_batches_as_the_run(p) and getattr(reference, "finite", False)
+                                        and ratio is not None
+                                        and 1 / DIVERGES_LOSS_RATIO <= ratio <= DIVERGES_LOSS_RATIO) else []
     return lambda losses: out_of_contention(losses, steps=p.steps, extend_to=p.extend_to, bar=bar,
                                             run_noise=run_noise, extendable=extendable,
                                             restart=p.init != "checkpoint",

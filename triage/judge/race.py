@@ -112,10 +112,10 @@ def out_of_contention(losses: Sequence[float], *, steps: int, extend_to: int, ba
 
 
 def _same_steps(losses: Sequence[float], paired: Sequence[float], restart: bool) -> bool:
-    """The paired run covers the candidate's steps so far, all finite, and began at the candidate's first loss
+    """The paired run covers the candidate's steps so far, finite to its end, and began at the candidate's first loss
     (to PAIRED_FIRST of it: the same first batch at the same weights)."""
     done = len(losses)
-    if restart or len(paired) < done or not all(math.isfinite(x) for x in paired[:done]):
+    if restart or len(paired) < done or not all(math.isfinite(x) for x in paired):
         return False
     return abs(losses[0] - paired[0]) <= PAIRED_FIRST * abs(paired[0])
 

@@ -462,7 +462,7 @@ def _with_history(found: dict[str, Any], read: Any, where: str) -> dict[str, Any
     step is inf or NaN) is left out with a note: the baseline replay then stands in for the loss curve."""
     try:
         return {**found, "history": read()}
-    except (ValueError, TypeError, AttributeError) as exc:
+    except (ValueError, TypeError, AttributeError, CheckpointError) as exc:
         note = f"{where} was left out ({_first_line(exc)}); the loss curve is the baseline replay's"
         log.warning("%s", note)
         said = ("checkpoint_history_left_out", note[0].upper() + note[1:] + ".")

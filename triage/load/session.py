@@ -174,7 +174,7 @@ def session_from_factory(factory: SetupFactory, entry: str = "<setup>", checkpoi
     guard = DataGuard(batches, val_batches)
     setup = guard.protect(setup)
     if no_optimizer_state:
-        rebuilt = warm_moments(setup, batches)
+        rebuilt = warm_moments(setup, batches, checkpoint.step if checkpoint is not None else None)
         if rebuilt is None:
             log.warning("checkpoint %s has no optimizer state: replays start with fresh moments", checkpoint_path)
         else:

@@ -137,12 +137,8 @@ def _ended(candidate: CandidateResult, read, spec: DifferentialNode) -> Candidat
     status = read(candidate.id, "status")
     if status != "ok":
         return candidate.model_copy(update={"status": status, "tried": status != "not_applicable"})
-    raced_out = read(candidate.id, "raced_out")
-    # Stopped as out of contention, it never wins: the end window of a replay cut short is not set against the
-    # paired run's end over the same batches (a ResNet's clip, stopped at step 10 on easy batches, read 0.72
-    # against the run's 1.04 at step 40).
-    works = False if raced_out else read(candidate.id, spec.works)
-    update = {"status": status, **_verdict(works, read(candidate.id, spec.score)), "raced_out": raced_out}
+    update = {"status": status, **_verdict(read(candidate.id, spec.works), read(candidate.id, spec.score)),
+              "raced_out": read(candidate.id, "raced_out")}
     # How far the LR had to move, and to what: the nearest working trial of a search, else the factor replayed.
     reason = far_fetched(read(candidate.id, "least_working_factor") or read(candidate.id, "lr_factor"),
                          read(candidate.id, "least_working_lr"), read(candidate.id, "optimizer_kind"))
