@@ -84,7 +84,8 @@ def out_of_contention(losses: Sequence[float], *, steps: int, extend_to: int, ba
     if not all(math.isfinite(x) for x in losses):
         return None  # a replay stops at its first non-finite step by itself
     start = float(np.median(losses[:max(1, steps // 5)]))
-    if _same_steps(losses, paired, restart):
+    pairs = _same_steps(losses, paired, restart)
+    if pairs:
         gaps = [a - b for a, b in zip(losses, paired)]
         fit = _fit(gaps[done // 2:])
         # where the candidate stands: the paired run's end window, plus the gap as it is now
@@ -105,15 +106,15 @@ def out_of_contention(losses: Sequence[float], *, steps: int, extend_to: int, ba
     projected = current - pace * (last - done)
     if projected - NOISE_SIGMAS * sigma <= bar.level:
         return None
-    said = "its loss" if not _same_steps(losses, paired, restart) else "its loss (the paired run's end plus its gap to it now)"
+    said = "its loss (the paired run's end plus its gap to it now)" if pairs else "its loss"
     return (f"stopped after {done} of its {last} steps: {said} {current:.4g}, falling at most {pace:.3g} a step, "
             f"ends near {projected:.4g} at best, above the {bar.level:.4g} it needs to {bar.what} (by more than "
             f"{NOISE_SIGMAS:g}x the step-to-step noise, {sigma:.2g})")
 
 
 def _same_steps(losses: Sequence[float], paired: Sequence[float], restart: bool) -> bool:
-    """The paired run covers the candidate's steps so far, finite to its end, and began at the candidate's first loss
-    (to PAIRED_FIRST of it: the same first batch at the same weights)."""
+    """The paired run covers the candidate's steps so far, finite to its end, and began at the candidate's first
+    loss (to PAIRED_FIRST of it: the same first batch at the same weights)."""
     done = len(losses)
     if restart or len(paired) < done or not all(math.isfinite(x) for x in paired):
         return False
