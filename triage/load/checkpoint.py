@@ -2,8 +2,9 @@
 
 Layouts understood (DESIGN §1):
 - a plain dict: `model` | `model_state_dict` | `state_dict` (else its one entry of tensors alone, whatever its
-  name), `optimizer` | `optimizer_state_dict` (else its one entry shaped as `Optimizer.state_dict()`), optional `scheduler`, `scaler`, `step`, `history`
-  (or `losses`, `loss_history`, `train_losses`, `train_loss_history`);
+  name), `optimizer` | `optimizer_state_dict` (else its one entry shaped as `Optimizer.state_dict()`),
+  optional `scheduler`, `scaler`, `step`, `history` (or `losses`, `loss_history`, `train_losses`,
+  `train_loss_history`);
 - a bare model state_dict (every value a tensor);
 - a PyTorch Lightning `.ckpt` (`state_dict`, `optimizer_states`, `lr_schedulers`, `global_step`);
 - a Hugging Face Trainer checkpoint folder (`pytorch_model.bin` or `model.safetensors`,
