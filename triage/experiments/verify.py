@@ -49,7 +49,8 @@ def judged(outcome: ReplayOutcome, *, margin: float = DEFAULT_MARGIN,
     # Stopped as out of contention, it never works: the end window of a replay cut short is not set against
     # the paired run's end over the same steps (a ResNet's clip stopped at step 10 on easy batches read 0.72
     # against the run's 1.04 at step 40), and a search never chooses such a trial.
-    return verdict.model_dump(exclude={"reference_end"}) | ({"fix_works": False} if outcome.raced_out else {})
+    stopped = getattr(outcome, "raced_out", None)
+    return verdict.model_dump(exclude={"reference_end"}) | ({"fix_works": False} if stopped else {})
 
 
 def _end(reference: Outcome) -> float:
