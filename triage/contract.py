@@ -5,6 +5,7 @@ The field names are a fixed contract: other code and tests rely on them.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Iterable, Literal, Optional
 
 import torch
@@ -15,6 +16,13 @@ from triage.optimizer_set import ManualUpdate, OptimizerSet
 Precision = Literal["fp32", "bf16", "fp16"]
 
 AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast(precision: str, device: "torch.device | str") -> contextlib.AbstractContextManager:
+    """The run's autocast at `precision` on `device` (none for fp32): what every replay and probe runs under."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=AUTOCAST_DTYPES[precision])
 
 
 class Setup(BaseModel):

@@ -10,16 +10,10 @@ from typing import Any, Iterator, Optional
 import numpy as np
 import torch
 
-from triage.contract import AUTOCAST_DTYPES
+from triage.contract import autocast  # noqa: F401 - the experiments take it from here
 from triage.load.snapshot import untouched_buffers_and_rng  # noqa: F401 - the experiments take it from here
 
 _TORCH_CLIP = torch.nn.utils.clip_grad_norm_  # torch's own, even while a replay replaces the loop's calls of it
-
-
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[precision])
 
 
 def grad_scaler(setup: Any, precision: str, device: torch.device) -> Any:

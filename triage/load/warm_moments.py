@@ -10,14 +10,13 @@ checkpoint's weights fill the moments (and a momentum buffer) with the gradients
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 from typing import Any, Optional
 
 import torch
 
-from triage.contract import AUTOCAST_DTYPES
+from triage.contract import autocast
 from triage.load.snapshot import untouched_buffers_and_rng
 
 log = logging.getLogger(__name__)
@@ -49,7 +48,7 @@ def warm_moments(setup: Any, batches: list[Any], step: Optional[int]) -> Optiona
         with untouched_buffers_and_rng(setup.model):
             for k in range(WARM_STEPS):
                 optimizer.zero_grad(set_to_none=True)
-                with _autocast(setup.precision, setup.device):
+                with autocast(setup.precision, setup.device):
                     loss = setup.loss_fn(setup.model, batches[k % len(batches)])
                 (sum(loss.values()) if isinstance(loss, dict) else loss).backward()  # a dict: its terms' sum
                 norm = _grad_norm(params)
@@ -92,9 +91,3 @@ def _grad_norm(params: list[torch.Tensor]) -> float:
              for p in params if p.grad is not None]
     return float(torch.stack(norms).norm()) if norms else 0.0
 
-
-def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """The run's autocast, as its replays have it (experiments/training.autocast, a floor up)."""
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=AUTOCAST_DTYPES[precision])
